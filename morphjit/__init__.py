@@ -1,0 +1,16 @@
+"""morphjit: compile a NumPy-style loss function into one fused forward+backward step."""
+from .array_api import (
+    abs, add, astype, broadcast_to, clip, concatenate, cos, divide, dot, equal, exp, expand_dims,
+    full, full_like, greater, greater_equal, less, less_equal, log, log1p, log_softmax,
+    logical_and, logical_not, logical_or, logsumexp, matmul, max, maximum, mean, min, minimum,
+    multiply, negative, not_equal, one_hot, ones_like, power, ravel, relu, reshape, sigmoid, sign,
+    sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
+    swapaxes, tanh, transpose, var, where, zeros_like,
+)
+from .compiler import CompiledLoss, compile_loss, grad_program
+from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError
+from .interp import run
+from .ir import Program, parse
+from .trace import trace
+
+__version__ = "0.1.0"

@@ -1,0 +1,559 @@
+"""The array functions users call (``mj.exp``, ``mj.sum``, ...), with NumPy's semantics.
+
+Each function normalises its arguments the way NumPy does (dtype promotion with Python scalars
+as weak types, negative axes, ``keepdims``, 1-D matmul operands, ``-1`` in reshapes, basic
+indexing) and then binds primitives of the op table. On traced values they record bindings; on
+concrete arrays they compute eagerly with the same reference implementations, so ``mj.relu(a)``
+also works outside a traced function. Plain NumPy calls on tracers arrive here through
+``apply_ufunc`` and ``apply_function``.
+"""
+from __future__ import annotations
+
+import builtins
+
+import numpy as np
+
+from .errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
+from .ir import Lit, dtype_name, is_float
+from .ops import OPS, keepdims_shape, slice_shape
+from .trace import SUPPORTED_DTYPES, Tracer
+
+_WEAK_PROTOTYPES = {"b": False, "i": 0, "u": 0, "f": 0.0}
+
+
+def _value(x):
+    """Check an argument and bring it to a tracer, a Python scalar or a NumPy array."""
+    if isinstance(x, Tracer):
+        return x
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return x
+    if isinstance(x, (np.ndarray, np.generic, list, tuple)):
+        array = np.asarray(x)
+        if array.dtype not in SUPPORTED_DTYPES:
+            raise DtypeError(f"arrays of dtype {array.dtype} are not supported (float32, float64, "
+                             f"int32, int64 and bool are)", user_location())
+        return array
+    raise TracingError(f"cannot use a {type(x).__name__} as an array", user_location())
+
+
+def _trace_of(values):
+    for v in values:
+        if isinstance(v, Tracer):
+            return v.trace
+    return None
+
+
+def _apply(op_name: str, operands, **params):
+    """Bind a primitive on traced operands, or evaluate it when all operands are concrete."""
+    trace = _trace_of(operands)
+    if trace is not None:
+        return trace.bind(op_name, operands, **params)
+    args = [np.asarray(x.value, x.dtype) if isinstance(x, Lit) else x for x in operands]
+    return np.asarray(OPS[op_name].impl(*args, **params))
+
+
+def _prototype(v):
+    if isinstance(v, Tracer):
+        return _WEAK_PROTOTYPES[v.dtype.kind] if v.weak else v.dtype
+    return v.dtype if isinstance(v, np.ndarray) else v
+
+
+def _promote(values, floating: bool = False):
+    """NumPy's result dtype of the operands, and the operands converted to it."""
+    dtype = np.result_type(*(_prototype(v) for v in values))
+    if floating and not is_float(dtype):
+        dtype = np.dtype(np.float64)
+    return dtype, [_convert(v, dtype) for v in values]
+
+
+def _convert(v, dtype):
+    if isinstance(v, Tracer):
+        return v if v.dtype == dtype else _apply("cast", [v], dtype=dtype_name(dtype))
+    if isinstance(v, np.ndarray):
+        return v.astype(dtype, copy=False)
+    return Lit(v, dtype)
+
+
+def _dtype_of(x) -> np.dtype:
+    x = _value(x)
+    return np.result_type(_prototype(x)) if not isinstance(x, (Tracer, np.ndarray)) else x.dtype
+
+
+def _shape_of(x) -> tuple[int, ...]:
+    return x.type.shape if isinstance(x, (Tracer, Lit)) else tuple(np.shape(x))
+
+
+def _literal(x) -> Lit | None:
+    """The literal a value stands for, if it is one."""
+    if isinstance(x, Tracer):
+        x = x.operand
+    return x if isinstance(x, Lit) else None
+
+
+def _as_array(x):
+    """An operand that must be an array (views, reductions): Python scalars become 0-d arrays."""
+    x = _value(x)
+    return x if isinstance(x, (Tracer, np.ndarray)) else np.asarray(x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Element-wise functions
+
+def _elementwise(op_name: str, floating: bool = False):
+    def fn(*args):
+        _, operands = _promote([_value(a) for a in args], floating)
+        return _apply(op_name, operands)
+    fn.__name__ = op_name
+    fn.__doc__ = f"Element-wise ``{op_name}`` with NumPy broadcasting and dtype promotion."
+    return fn
+
+
+def _logical(op_name: str):
+    def fn(*args):
+        return _apply(op_name, [_truth(a) for a in args])
+    fn.__name__ = op_name
+    return fn
+
+
+def _truth(x):
+    x = _value(x)
+    if _dtype_of(x) == np.bool_:
+        return x if isinstance(x, (Tracer, np.ndarray)) else Lit(x, np.bool_)
+    return not_equal(x, 0)
+
+
+add = _elementwise("add")
+subtract = _elementwise("sub")
+multiply = _elementwise("mul")
+divide = _elementwise("div", floating=True)
+power = _elementwise("pow", floating=True)
+maximum = _elementwise("maximum")
+minimum = _elementwise("minimum")
+negative = _elementwise("neg")
+abs = _elementwise("abs")
+sign = _elementwise("sign")
+square = _elementwise("square")
+exp = _elementwise("exp", floating=True)
+log = _elementwise("log", floating=True)
+log1p = _elementwise("log1p", floating=True)
+sqrt = _elementwise("sqrt", floating=True)
+sin = _elementwise("sin", floating=True)
+cos = _elementwise("cos", floating=True)
+tanh = _elementwise("tanh", floating=True)
+sigmoid = _elementwise("sigmoid", floating=True)
+relu = _elementwise("relu")
+less = _elementwise("lt")
+less_equal = _elementwise("le")
+greater = _elementwise("gt")
+greater_equal = _elementwise("ge")
+equal = _elementwise("eq")
+not_equal = _elementwise("ne")
+logical_and = _logical("and")
+logical_or = _logical("or")
+logical_not = _logical("not")
+
+
+def positive(x):
+    return _value(x)
+
+
+def where(condition, x, y):
+    """Pick ``x`` where ``condition`` holds and ``y`` elsewhere (broadcasting all three)."""
+    cond = _truth(condition)
+    dtype, (a, b) = _promote([_value(x), _value(y)])
+    known = _literal(cond)
+    if known is None:
+        return _apply("where", [cond, a, b])
+    chosen = a if known.value else b
+    shape = tuple(np.broadcast_shapes(_shape_of(a), _shape_of(b)))
+    if _literal(chosen) is not None:
+        return full(shape, _literal(chosen).value, dtype, like=_trace_of([a, b]))
+    return broadcast_to(chosen, shape)
+
+
+def clip(a, a_min=None, a_max=None):
+    """Limit values to ``[a_min, a_max]``; either bound may be None."""
+    if a_min is None and a_max is None:
+        raise ValueError("clip: give a_min, a_max or both")
+    if a_min is None:
+        return minimum(a, a_max)
+    if a_max is None:
+        return maximum(a, a_min)
+    _, operands = _promote([_value(a), _value(a_min), _value(a_max)])
+    return _apply("clip", operands)
+
+
+def astype(x, dtype):
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        raise DtypeError(f"astype: dtype {dtype} is not supported", user_location())
+    x = _as_array(x)
+    return x if x.dtype == dtype else _apply("cast", [x], dtype=dtype_name(dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+
+def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+    """NumPy's ``axis`` argument (None, int or tuple, negatives allowed) as sorted axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    result = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"{op}: axis {a} is out of range for an array of {ndim} dimensions",
+                             user_location())
+        result.append(int(a) % ndim if ndim else 0)
+    if len(set(result)) != len(result):
+        raise ShapeError(f"{op}: repeated axis in {axis}", user_location())
+    return tuple(sorted(result))
+
+
+def _no_out(op: str, out):
+    if out is not None:
+        raise UnsupportedError(f"{op}: the out= argument is not supported on traced arrays",
+                               user_location())
+
+
+def _reduce(op_name: str, x, axis, keepdims: bool):
+    x = _as_array(x)
+    axes = normalize_axes(op_name, axis, x.ndim)
+    result = _apply(op_name, [x], axes=axes) if axes else x
+    return reshape(result, keepdims_shape(x.shape, axes)) if keepdims else result
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("sum", out)
+    a = _as_array(a)
+    if dtype is not None:
+        a = astype(a, dtype)
+    elif a.dtype.kind in "bi":
+        a = astype(a, np.int64)
+    return _reduce("sum", a, axis, keepdims)
+
+
+def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+    _no_out("mean", out)
+    a = _as_array(a)
+    a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
+    count = int(np.prod([a.shape[i] for i in normalize_axes("mean", axis, a.ndim)], dtype=np.int64))
+    return multiply(sum(a, axis, keepdims=keepdims), 1.0 / count if count else np.nan)
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    _no_out("var", out)
+    a = _as_array(a)
+    a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
+    centred = subtract(a, mean(a, axis, keepdims=True))
+    count = int(np.prod([a.shape[i] for i in normalize_axes("var", axis, a.ndim)], dtype=np.int64))
+    return multiply(sum(square(centred), axis, keepdims=keepdims), 1.0 / builtins.max(count - ddof, 0))
+
+
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+    return sqrt(var(a, axis, dtype, out, ddof, keepdims))
+
+
+def max(a, axis=None, out=None, keepdims=False):
+    _no_out("max", out)
+    return _reduce("max", a, axis, keepdims)
+
+
+def min(a, axis=None, out=None, keepdims=False):
+    _no_out("min", out)
+    return _reduce("min", a, axis, keepdims)
+
+
+# ---------------------------------------------------------------------------------------------
+# Views
+
+def reshape(a, newshape, order="C"):
+    if order != "C":
+        raise UnsupportedError(f"reshape: only order='C' is supported, got order={order!r}", user_location())
+    a = _as_array(a)
+    shape = _resolve_shape(a.shape, newshape)
+    return a if shape == a.shape else _apply("reshape", [a], shape=shape)
+
+
+def _resolve_shape(old, new) -> tuple[int, ...]:
+    new = (new,) if isinstance(new, (int, np.integer)) else tuple(int(d) for d in new)
+    size = int(np.prod(old, dtype=np.int64))
+    if new.count(-1) > 1:
+        raise ShapeError(f"reshape: can only specify one unknown dimension in {new}", user_location())
+    if -1 in new:
+        known = int(np.prod([d for d in new if d != -1], dtype=np.int64))
+        if known == 0 or size % known:
+            raise ShapeError(f"reshape: cannot reshape an array of shape {old} into shape {new}",
+                             user_location())
+        new = tuple(size // known if d == -1 else d for d in new)
+    if int(np.prod(new, dtype=np.int64)) != size:
+        raise ShapeError(f"reshape: cannot reshape an array of shape {old} into shape {new}", user_location())
+    return new
+
+
+def transpose(a, axes=None):
+    a = _as_array(a)
+    perm = tuple(reversed(range(a.ndim))) if axes is None else tuple(
+        int(p) % a.ndim if -a.ndim <= p < a.ndim else p for p in axes)
+    return a if perm == tuple(range(a.ndim)) else _apply("transpose", [a], perm=perm)
+
+
+def swapaxes(a, axis1, axis2):
+    a = _as_array(a)
+    i, j = normalize_axes("swapaxes", axis1, a.ndim)[0], normalize_axes("swapaxes", axis2, a.ndim)[0]
+    perm = list(range(a.ndim))
+    perm[i], perm[j] = perm[j], perm[i]
+    return transpose(a, perm)
+
+
+def swap_last(a):
+    """Swap the last two axes (the transpose matmul's rules need)."""
+    return swapaxes(a, -1, -2)
+
+
+def broadcast_to(array, shape):
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    x = _value(array)
+    if isinstance(x, Lit) or not isinstance(x, (Tracer, np.ndarray)):
+        return full(shape, x.value if isinstance(x, Lit) else x, _dtype_of(x), like=_trace_of([array]))
+    return x if x.shape == shape else _apply("broadcast_to", [x], shape=shape)
+
+
+def expand_dims(a, axis):
+    a = _as_array(a)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    out_ndim = a.ndim + len(axes)
+    new_axes = normalize_axes("expand_dims", axes, out_ndim)
+    dims = iter(a.shape)
+    return reshape(a, tuple(1 if i in new_axes else next(dims) for i in range(out_ndim)))
+
+
+def squeeze(a, axis=None):
+    a = _as_array(a)
+    axes = tuple(i for i, d in enumerate(a.shape) if d == 1) if axis is None else \
+        normalize_axes("squeeze", axis, a.ndim)
+    for i in axes:
+        if a.shape[i] != 1:
+            raise ShapeError(f"squeeze: cannot squeeze axis {i} of size {a.shape[i]}", user_location())
+    return reshape(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
+
+
+def ravel(a):
+    return reshape(a, -1)
+
+
+def slice_array(a, starts, stops, steps):
+    """Basic slicing with normalised (start, stop, step) per dimension."""
+    a = _as_array(a)
+    starts, stops, steps = tuple(starts), tuple(stops), tuple(steps)
+    if slice_shape(starts, stops, steps) == a.shape and all(s == 1 for s in steps):
+        return a
+    return _apply("slice", [a], starts=starts, stops=stops, steps=steps)
+
+
+def unslice(g, shape, starts, stops, steps):
+    """The transpose of ``slice``: place ``g`` at the sliced positions of zeros of ``shape``."""
+    g = _as_array(g)
+    return _apply("unslice", [g], shape=tuple(shape), starts=tuple(starts), stops=tuple(stops),
+                  steps=tuple(steps))
+
+
+def getitem(a, key):
+    """Basic indexing: integers, slices (with steps), ``None`` and ``...``."""
+    a = _as_array(a)
+    key = key if isinstance(key, tuple) else (key,)
+    for k in key:
+        if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, builtins.slice))):
+            raise UnsupportedError(
+                f"indexing with {type(k).__name__} is not supported (only integers, slices, None and "
+                f"...); for class scores use mj.softmax_cross_entropy or mj.one_hot", user_location())
+    key = _expand_ellipsis(key, a.ndim)
+    starts, stops, steps, out_shape = [], [], [], []
+    dim = 0
+    for k in key:
+        if k is None:
+            out_shape.append(1)
+            continue
+        size = a.shape[dim]
+        if isinstance(k, builtins.slice):
+            start, stop, step = k.indices(size)
+            out_shape.append(len(range(start, stop, step)))
+        else:
+            if not -size <= k < size:
+                raise ShapeError(f"index {k} is out of bounds for axis {dim} with size {size}", user_location())
+            start, stop, step = int(k) % size, int(k) % size + 1, 1
+        starts.append(start)
+        stops.append(stop)
+        steps.append(step)
+        dim += 1
+    return reshape(slice_array(a, starts, stops, steps), tuple(out_shape))
+
+
+def _expand_ellipsis(key, ndim: int):
+    consumed = len([k for k in key if k is not None and k is not Ellipsis])
+    if consumed > ndim:
+        raise ShapeError(f"too many indices: the array has {ndim} dimensions, {consumed} were indexed",
+                         user_location())
+    if key.count(Ellipsis) > 1:
+        raise ShapeError("an index can only have a single ellipsis ('...')", user_location())
+    fill = (builtins.slice(None),) * (ndim - consumed)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        return key[:i] + fill + key[i + 1:]
+    return key + fill
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul and joining
+
+def matmul(a, b):
+    """NumPy's matmul: 1-D operands are promoted to matrices and the added axis removed."""
+    _, (a, b) = _promote([_as_array(a), _as_array(b)], floating=True)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul: operands must not be scalars (use * to scale)", user_location())
+    k_a, k_b = a.shape[-1], b.shape[-2] if b.ndim > 1 else b.shape[0]
+    if k_a != k_b:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} are not aligned: "
+                         f"{k_a} (last axis of the left) != {k_b} (first contracted axis of the right)",
+                         user_location())
+    a2 = reshape(a, (1,) + a.shape) if a.ndim == 1 else a
+    b2 = reshape(b, b.shape + (1,)) if b.ndim == 1 else b
+    out = _apply("matmul", [a2, b2])
+    drop = ([-2] if a.ndim == 1 else []) + ([-1] if b.ndim == 1 else [])
+    return squeeze(out, tuple(drop)) if drop else out
+
+
+def dot(a, b):
+    a, b = _as_array(a), _as_array(b)
+    if a.ndim == 0 or b.ndim == 0:
+        return multiply(a, b)
+    if a.ndim > 2 or b.ndim > 2:
+        raise UnsupportedError("dot of arrays with more than 2 dimensions is not supported; use matmul",
+                               user_location())
+    return matmul(a, b)
+
+
+def concatenate(arrays, axis=0):
+    arrays = [_as_array(x) for x in arrays]
+    if not arrays:
+        raise ValueError("concatenate: need at least one array")
+    if axis is None:
+        arrays, axis = [ravel(x) for x in arrays], 0
+    _, arrays = _promote(arrays)
+    axis = normalize_axes("concatenate", axis, arrays[0].ndim)[0]
+    return arrays[0] if len(arrays) == 1 else _apply("concatenate", arrays, axis=axis)
+
+
+def stack(arrays, axis=0):
+    arrays = [_as_array(x) for x in arrays]
+    if len({x.shape for x in arrays}) > 1:
+        raise ShapeError(f"stack: all arrays must have the same shape, got "
+                         f"{', '.join(str(x.shape) for x in arrays)}", user_location())
+    axis = normalize_axes("stack", axis, arrays[0].ndim + 1)[0]
+    return concatenate([expand_dims(x, axis) for x in arrays], axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+def full(shape, fill_value, dtype=None, like=None):
+    """An array of ``fill_value``; traced (inside ``like``'s trace) when ``like`` is a trace."""
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    dtype = np.dtype(dtype) if dtype is not None else np.result_type(fill_value)
+    params = dict(shape=shape, dtype=dtype_name(dtype), value=dtype.type(fill_value).item())
+    return like.bind("fill", (), **params) if like is not None else OPS["fill"].impl(**params)
+
+
+def full_like(a, fill_value, dtype=None):
+    return full(_shape_of(a), fill_value, dtype or _dtype_of(a), like=_trace_of([a]))
+
+
+def zeros_like(a, dtype=None):
+    return full_like(a, 0, dtype)
+
+
+def ones_like(a, dtype=None):
+    return full_like(a, 1, dtype)
+
+
+def one_hot(labels, depth: int, dtype=np.float64):
+    """``out[..., c] = (labels[...] == c)`` as an array of ``dtype``."""
+    labels = _as_array(labels)
+    return _apply("one_hot", [labels], depth=int(depth), dtype=dtype_name(np.dtype(dtype)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Stable composites
+
+def _float_array(op: str, x):
+    x = _as_array(x)
+    return x if is_float(x.dtype) else astype(x, np.float64)
+
+
+def logsumexp(a, axis=None, keepdims=False):
+    """``log(sum(exp(a), axis))`` computed without overflow."""
+    a = _float_array("logsumexp", a)
+    axes = normalize_axes("logsumexp", axis, a.ndim)
+    out = _apply("logsumexp", [a], axes=axes)
+    return reshape(out, keepdims_shape(a.shape, axes)) if keepdims else out
+
+
+def softmax(x, axis=-1):
+    x = _float_array("softmax", x)
+    return _apply("softmax", [x], axes=normalize_axes("softmax", axis, x.ndim))
+
+
+def log_softmax(x, axis=-1):
+    x = _float_array("log_softmax", x)
+    return _apply("log_softmax", [x], axes=normalize_axes("log_softmax", axis, x.ndim))
+
+
+def softmax_cross_entropy(logits, labels):
+    """Per-row ``-log softmax(logits)[label]`` over the last axis.
+
+    ``labels`` are integer class indices of shape ``logits.shape[:-1]``, or (soft targets) a
+    float array of the shape of ``logits`` whose rows are class probabilities.
+    """
+    logits, labels = _float_array("softmax_cross_entropy", logits), _as_array(labels)
+    if is_float(labels.dtype) and labels.shape == logits.shape:
+        return negative(sum(multiply(labels, log_softmax(logits, -1)), axis=-1))
+    return _apply("softmax_cross_entropy", [logits, labels])
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy dispatch: plain NumPy calls on tracers
+
+UFUNCS = {
+    np.add: add, np.subtract: subtract, np.multiply: multiply, np.divide: divide,
+    np.power: power, np.maximum: maximum, np.minimum: minimum, np.negative: negative,
+    np.positive: positive, np.absolute: abs, np.sign: sign, np.square: square, np.exp: exp,
+    np.log: log, np.log1p: log1p, np.sqrt: sqrt, np.sin: sin, np.cos: cos, np.tanh: tanh,
+    np.less: less, np.less_equal: less_equal, np.greater: greater, np.greater_equal: greater_equal,
+    np.equal: equal, np.not_equal: not_equal, np.logical_and: logical_and,
+    np.logical_or: logical_or, np.logical_not: logical_not, np.matmul: matmul,
+    np.bitwise_and: logical_and, np.bitwise_or: logical_or, np.invert: logical_not,
+}
+
+FUNCTIONS = {
+    np.sum: sum, np.mean: mean, np.var: var, np.std: std, np.max: max, np.amax: max, np.min: min,
+    np.amin: min, np.dot: dot, np.transpose: transpose, np.reshape: reshape, np.swapaxes: swapaxes,
+    np.concatenate: concatenate, np.stack: stack, np.clip: clip, np.expand_dims: expand_dims,
+    np.squeeze: squeeze, np.broadcast_to: broadcast_to, np.where: where, np.ravel: ravel,
+    np.zeros_like: zeros_like, np.ones_like: ones_like, np.full_like: full_like,
+}
+
+
+def apply_ufunc(ufunc, method, inputs, kwargs):
+    if method != "__call__" or kwargs:
+        what = f"np.{ufunc.__name__}.{method}" if method != "__call__" else \
+            f"np.{ufunc.__name__}(..., {', '.join(f'{k}=' for k in kwargs)})"
+        raise UnsupportedError(f"{what} is not supported on traced arrays", user_location())
+    if ufunc not in UFUNCS:
+        raise UnsupportedError(f"np.{ufunc.__name__} is not supported by morphjit", user_location())
+    return UFUNCS[ufunc](*inputs)
+
+
+def apply_function(func, args, kwargs):
+    if func not in FUNCTIONS:
+        raise UnsupportedError(f"np.{func.__name__} is not supported by morphjit", user_location())
+    return FUNCTIONS[func](*args, **kwargs)

@@ -1,0 +1,180 @@
+"""The pipeline (trace -> vjp -> passes -> backend) and the ``@compile_loss`` decorator."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import interp, passes, pytree
+from .errors import DtypeError, ShapeError, TracingError
+from .ir import Program, is_float
+from .trace import argument_names, trace_with_tree
+from .vjp import vjp
+
+BACKENDS = ("interp",)
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """How a call's arguments flatten: the leaves, their paths and which are differentiated."""
+
+    treedef: pytree.TreeDef
+    paths: tuple[str, ...]
+    argnums: tuple[int, ...]
+    wrt: tuple[int, ...]            # indices of differentiated leaves
+    arg_leaves: tuple[range, ...]   # the leaf indices of each positional argument
+
+    def arg_treedef(self, argnum: int) -> pytree.TreeDef:
+        return self.treedef.children[argnum]
+
+
+def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
+    argnums_t = normalize_argnums(argnums, len(args))
+    leaves, treedef = pytree.flatten(tuple(args))
+    names = argument_names(fn, len(args))
+    paths, ranges, start = [], [], 0
+    for i, child in enumerate(treedef.children):
+        paths += pytree.leaf_paths(child, names[i])
+        ranges.append(range(start, start + child.num_leaves))
+        start += child.num_leaves
+    wrt = tuple(j for i in argnums_t for j in ranges[i])
+    for j in wrt:
+        check_differentiable(leaves[j], paths[j])
+    return ArgSpec(treedef, tuple(paths), argnums_t, wrt, tuple(ranges)), leaves
+
+
+def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in nums:
+        if not isinstance(n, int) or not -nargs <= n < nargs:
+            raise TracingError(f"argnums={argnums!r} does not fit a call with {nargs} positional "
+                               f"argument{'s' if nargs != 1 else ''}")
+    return tuple(n % nargs for n in nums)
+
+
+def check_differentiable(leaf, path: str) -> None:
+    if not isinstance(leaf, (np.ndarray, np.generic)):
+        raise DtypeError(f"{path} is differentiated but is a {type(leaf).__name__}; differentiated "
+                         f"arguments must hold float32 or float64 NumPy arrays")
+    if not is_float(leaf.dtype):
+        raise DtypeError(f"{path} is differentiated but is a {leaf.dtype} array; only float32 and "
+                         f"float64 arrays have gradients (pass labels and masks as data arguments, "
+                         f"or choose the differentiated arguments with argnums)")
+
+
+def trace_loss(fn, args, spec: ArgSpec) -> Program:
+    """The forward program of ``fn``, checked to return one float scalar."""
+    program, out_tree = trace_with_tree(fn, args)
+    if out_tree.num_leaves != 1:
+        raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
+                           f"({out_tree.num_leaves} arrays)")
+    (loss,) = program.outputs
+    loc = next((b.loc for b in program.bindings if b.out is loss), None)
+    if loss.shape != ():
+        raise ShapeError(f"{fn.__name__} must return a scalar loss, but returned {loss.type}; "
+                         f"reduce it, for example with .mean() or .sum()", loc)
+    if not is_float(loss.dtype):
+        raise DtypeError(f"{fn.__name__} must return a float loss, but returned {loss.type}", loc)
+    return program
+
+
+def joint_program(forward: Program, wrt) -> Program:
+    """Forward and backward in one program: outputs are the loss and one gradient per ``wrt``."""
+    return passes.dce(vjp(forward, wrt))
+
+
+def grad_program(fn, *args, argnums=0) -> Program:
+    """The joint forward+backward program of ``fn`` at ``args``, for printing."""
+    spec, _ = arg_spec(fn, args, argnums)
+    return joint_program(trace_loss(fn, args, spec), spec.wrt)
+
+
+# ---------------------------------------------------------------------------------------------
+# The decorator
+
+def leaf_signature(leaf):
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        return leaf.shape, leaf.dtype.str
+    return type(leaf)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    hits: int
+    misses: int
+    signatures: tuple[str, ...]
+
+
+@dataclass
+class Step:
+    """One compiled signature: its spec, its joint program and the function that runs it."""
+
+    spec: ArgSpec
+    program: Program
+    run: Callable
+
+
+class CompiledLoss:
+    """A loss function compiled, per input signature, into a step returning (loss, gradients)."""
+
+    def __init__(self, fn, argnums=0, backend="interp", cache=True):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        functools.update_wrapper(self, fn)
+        self.fn, self.argnums, self.backend, self.cache = fn, argnums, backend, cache
+        self._steps: dict = {}
+        self._hits = self._misses = 0
+
+    def __call__(self, *args):
+        step, leaves = self._step(args)
+        outputs = step.run(*(np.asarray(x, v.dtype) for x, v in zip(leaves, step.program.inputs)))
+        value = outputs[0][()]
+        return value, self._grads_tree(step.spec, outputs[1:])
+
+    def _step(self, args):
+        leaves, treedef = pytree.flatten(tuple(args))
+        key = (treedef, tuple(map(leaf_signature, leaves)))
+        step = self._steps.get(key)
+        if step is None:
+            self._misses += 1
+            step = self._steps[key] = self._compile(args)
+        else:
+            self._hits += 1
+        return step, leaves
+
+    def _compile(self, args) -> Step:
+        spec, _ = arg_spec(self.fn, args, self.argnums)
+        program = joint_program(trace_loss(self.fn, args, spec), spec.wrt)
+        return Step(spec, program, functools.partial(interp.run, program))
+
+    def _grads_tree(self, spec: ArgSpec, grads):
+        it = iter(grads)
+        trees = tuple(pytree.unflatten(spec.arg_treedef(i), [next(it) for _ in spec.arg_leaves[i]])
+                      for i in spec.argnums)
+        return trees[0] if isinstance(self.argnums, int) else trees
+
+    def cache_info(self) -> CacheInfo:
+        sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in self._steps.values())
+        return CacheInfo(self._hits, self._misses, sigs)
+
+    def program(self, *args) -> Program:
+        """The joint program that runs for ``args``."""
+        return self._step(args)[0].program
+
+    def __repr__(self) -> str:
+        n = len(self._steps)
+        return f"<compiled loss {self.__name__!r}: {n} signature{'s' if n != 1 else ''}, backend={self.backend}>"
+
+
+def compile_loss(fn=None, *, argnums=0, backend="interp", cache=True):
+    """Compile ``fn(params, *data) -> scalar loss`` into a step returning ``(loss, grads)``.
+
+    Usable as ``@compile_loss``, ``@compile_loss(argnums=..., backend=...)`` or
+    ``compile_loss(fn, ...)``. ``grads`` mirrors the structure of the differentiated
+    argument(s) (a tuple of them when ``argnums`` is a tuple).
+    """
+    if fn is None:
+        return lambda f: CompiledLoss(f, argnums, backend, cache)
+    return CompiledLoss(fn, argnums, backend, cache)

@@ -1,0 +1,58 @@
+"""Errors that point at the user's code, not at morphjit's internals."""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+
+from .ir import SourceLoc
+
+import numpy as np
+
+# Frames in these directories are not the user's code (NumPy dispatches to our tracers).
+_SKIPPED_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                      for m in (sys.modules[__package__], np))
+
+
+class MorphjitError(Exception):
+    """Base of morphjit's errors; ``loc`` is where in the user's code the problem arose."""
+
+    def __init__(self, message: str, loc: SourceLoc | None = None):
+        super().__init__(message)
+        self.message = message
+        self.loc = loc
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  at {self.loc}" if self.loc else self.message
+
+
+class ShapeError(MorphjitError, ValueError):
+    """Operand shapes do not fit the op (broadcasting, matmul, axes, reshape)."""
+
+
+class DtypeError(MorphjitError, TypeError):
+    """An operand's dtype is not one the op accepts."""
+
+
+class TracingError(MorphjitError, TypeError):
+    """Python asked a traced value for something only a concrete array has."""
+
+
+class UnsupportedError(MorphjitError, NotImplementedError):
+    """A NumPy function or construct that morphjit has no rule for."""
+
+
+def user_location() -> SourceLoc | None:
+    """The innermost stack frame outside the morphjit package."""
+    frame = sys._getframe(1)
+    while frame is not None and _inside_package(frame.f_code.co_filename):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    filename, lineno = frame.f_code.co_filename, frame.f_lineno
+    code = linecache.getline(filename, lineno).strip()
+    return SourceLoc(filename, lineno, frame.f_code.co_name, code)
+
+
+def _inside_package(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_SKIPPED_DIRS)

@@ -1,0 +1,336 @@
+"""The SSA IR: typed values, bindings, programs, their text form and verifier.
+
+A program is a list of bindings ``out = op inputs params`` in topological order. Inputs of a
+binding are values (``Var``) or scalar literals (``Lit``). Printing renumbers values in order of
+definition, so two structurally equal programs print identically, and ``parse`` reads the text
+back, which lets tests state programs as text.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+import numpy as np
+
+DTYPE_NAMES = {
+    np.dtype(np.float32): "f32",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.int32): "i32",
+    np.dtype(np.int64): "i64",
+    np.dtype(np.bool_): "bool",
+}
+DTYPES_BY_NAME = {name: dt for dt, name in DTYPE_NAMES.items()}
+FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def dtype_name(dtype) -> str:
+    return DTYPE_NAMES[np.dtype(dtype)]
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype) in FLOAT_DTYPES
+
+
+@dataclass(frozen=True)
+class TensorType:
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+
+class Var:
+    """An SSA value. Identity is object identity; the name is assigned when printing."""
+
+    __slots__ = ("type",)
+
+    def __init__(self, type: TensorType):
+        self.type = type
+
+    @property
+    def shape(self):
+        return self.type.shape
+
+    @property
+    def dtype(self):
+        return self.type.dtype
+
+    def __repr__(self) -> str:
+        return f"Var({self.type})"
+
+
+@dataclass(frozen=True)
+class Lit:
+    """A scalar literal operand, already of the dtype the op computes in."""
+
+    value: float | int | bool
+    dtype: np.dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", np.dtype(self.dtype))
+        object.__setattr__(self, "value", np.dtype(self.dtype).type(self.value).item())
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType((), self.dtype)
+
+    def __str__(self) -> str:
+        if self.dtype == np.bool_:
+            return str(self.value)
+        text = repr(self.value)
+        return text if self.dtype == np.float64 else f"{text}:{dtype_name(self.dtype)}"
+
+
+Operand = Var | Lit
+
+
+@dataclass(frozen=True, eq=False)
+class SourceLoc:
+    """Where in the user's code a binding was traced."""
+
+    filename: str
+    lineno: int
+    function: str
+    code: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.filename}:{self.lineno} in {self.function}"
+        return f"{text}: {self.code}" if self.code else text
+
+
+@dataclass(frozen=True, eq=False)
+class Binding:
+    out: Var
+    op: str
+    inputs: tuple[Operand, ...]
+    params: tuple[tuple[str, object], ...] = ()
+    loc: SourceLoc | None = field(default=None, compare=False)
+
+    @property
+    def kwargs(self) -> dict:
+        return dict(self.params)
+
+
+@dataclass(frozen=True, eq=False)
+class Program:
+    inputs: tuple[Var, ...]
+    bindings: tuple[Binding, ...]
+    outputs: tuple[Var, ...]
+    consts: tuple[tuple[Var, np.ndarray], ...] = ()
+    name: str = "program"
+
+    def __str__(self) -> str:
+        return format_program(self)
+
+    def verify(self) -> "Program":
+        verify(self)
+        return self
+
+    def replace(self, **changes) -> "Program":
+        fields = dict(inputs=self.inputs, bindings=self.bindings, outputs=self.outputs,
+                      consts=self.consts, name=self.name)
+        fields.update(changes)
+        return Program(**fields)
+
+
+def params_of(kwargs: dict) -> tuple[tuple[str, object], ...]:
+    """Canonical, hashable form of op parameters (sorted by name)."""
+    return tuple(sorted((k, _freeze(v)) for k, v in kwargs.items()))
+
+
+def _freeze(value):
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.dtype):
+        return dtype_name(value)
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Text form
+
+def format_program(program: Program) -> str:
+    names = Namer()
+    lines = ["in " + " ".join(names.declare(v) for v in program.inputs)]
+    if program.consts:
+        lines.append("const " + " ".join(names.declare(v) for v, _ in program.consts))
+    for b in program.bindings:
+        lines.append("  " + format_binding(b, names))
+    lines.append("out " + " ".join(names.use(v) for v in program.outputs))
+    return "\n".join(lines) + "\n"
+
+
+def format_binding(b: Binding, names: "Namer") -> str:
+    parts = [names.declare(b.out), "=", b.op]
+    parts += [names.use(x) if isinstance(x, Var) else str(x) for x in b.inputs]
+    parts += [f"{k}={_format_param(v)}" for k, v in b.params]
+    return " ".join(parts)
+
+
+def _format_param(value) -> str:
+    if isinstance(value, str):
+        return value
+    return repr(value).replace(" ", "")
+
+
+class Namer:
+    """Assigns v0, v1, ... to values in order of definition."""
+
+    def __init__(self):
+        self.names: dict[int, str] = {}
+
+    def declare(self, v: Var) -> str:
+        return f"{self.name(v)}:{v.type}"
+
+    def name(self, v: Var) -> str:
+        key = id(v)
+        if key not in self.names:
+            self.names[key] = f"v{len(self.names)}"
+        return self.names[key]
+
+    def use(self, v: Var) -> str:
+        try:
+            return self.names[id(v)]
+        except KeyError:
+            return f"?{v.type}"
+
+
+_DECL = re.compile(r"^(v\d+):(\w+)\[([\d,]*)\]$")
+
+
+def parse(text: str) -> Program:
+    """Read a program back from its text form (constants become zeros)."""
+    env: dict[str, Var] = {}
+    inputs, consts, bindings, outputs = [], [], [], []
+    for raw in text.strip().splitlines():
+        line = raw.strip()
+        head, _, rest = line.partition(" ")
+        if head == "in":
+            inputs = [_declare(tok, env) for tok in rest.split()]
+        elif head == "const":
+            consts = [(v, np.zeros(v.shape, v.dtype)) for v in (_declare(t, env) for t in rest.split())]
+        elif head == "out":
+            outputs = [env[tok] for tok in rest.split()]
+        else:
+            bindings.append(_parse_binding(line, env))
+    return Program(tuple(inputs), tuple(bindings), tuple(outputs), tuple(consts))
+
+
+def _declare(token: str, env: dict[str, Var]) -> Var:
+    m = _DECL.match(token)
+    if not m:
+        raise ValueError(f"bad value declaration {token!r}")
+    name, dt, dims = m.groups()
+    shape = tuple(int(d) for d in dims.split(",") if d)
+    env[name] = Var(TensorType(shape, DTYPES_BY_NAME[dt]))
+    return env[name]
+
+
+def _parse_binding(line: str, env: dict[str, Var]) -> Binding:
+    lhs, _, rhs = line.partition(" = ")
+    tokens = rhs.split()
+    op, args = tokens[0], tokens[1:]
+    inputs, params = [], {}
+    for tok in args:
+        if "=" in tok:
+            key, _, value = tok.partition("=")
+            params[key] = _parse_param(value)
+        elif tok in env:
+            inputs.append(env[tok])
+        else:
+            inputs.append(_parse_literal(tok))
+    out = _declare(lhs, env)
+    return Binding(out, op, tuple(inputs), params_of(params))
+
+
+def _parse_param(text: str):
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def _parse_literal(tok: str) -> Lit:
+    value, _, dt = tok.partition(":")
+    if value in ("True", "False"):
+        return Lit(value == "True", np.bool_)
+    dtype = DTYPES_BY_NAME[dt or "f64"]
+    return Lit(float(value) if is_float(dtype) else int(value), dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Verifier
+
+class VerifyError(AssertionError):
+    pass
+
+
+def verify(program: Program) -> None:
+    """Check that every value is defined once before use and every binding is well typed."""
+    from .ops import OPS  # the op table types each binding
+
+    defined: set[int] = set()
+
+    def define(v: Var, what: str):
+        if id(v) in defined:
+            raise VerifyError(f"{what} redefines a value")
+        defined.add(id(v))
+
+    for v in program.inputs:
+        define(v, "input")
+    for v, value in program.consts:
+        define(v, "const")
+        if value.shape != v.shape or value.dtype != v.dtype:
+            raise VerifyError(f"const of type {v.type} holds {value.dtype}{list(value.shape)}")
+    names = Namer()
+    for v in program.inputs:
+        names.name(v)
+    for v, _ in program.consts:
+        names.name(v)
+    for b in program.bindings:
+        for x in b.inputs:
+            if isinstance(x, Var) and id(x) not in defined:
+                raise VerifyError(f"{format_binding(b, names)}: operand used before definition")
+        if b.op not in OPS:
+            raise VerifyError(f"unknown op {b.op!r}")
+        expected = OPS[b.op].infer([x.type for x in b.inputs], **b.kwargs)
+        names.name(b.out)
+        if expected != b.out.type:
+            raise VerifyError(f"{format_binding(b, names)}: op gives {expected}")
+        define(b.out, format_binding(b, names))
+    for v in program.outputs:
+        if id(v) not in defined:
+            raise VerifyError("output is not defined in the program")
+
+
+def uses(bindings: Sequence[Binding], outputs: Sequence[Var]) -> dict[int, int]:
+    """How many times each value is read (by bindings and as a program output)."""
+    counts: dict[int, int] = {}
+    for b in bindings:
+        for x in b.inputs:
+            if isinstance(x, Var):
+                counts[id(x)] = counts.get(id(x), 0) + 1
+    for v in outputs:
+        counts[id(v)] = counts.get(id(v), 0) + 1
+    return counts

@@ -1,0 +1,439 @@
+"""The op table: every primitive declares, in one paragraph, its shape/dtype rule, its NumPy
+reference implementation, its scalar code template (element-wise ops) and its VJP rule.
+
+A VJP rule is ``vjp(g, ans, *inputs, **params)``: ``g`` is the cotangent of the output, ``ans``
+the output and ``inputs`` the operands, all traced values, so a rule is written with the same
+array functions a user writes. It returns one cotangent per input (``None`` where an input is
+not differentiable). A cotangent may have the broadcast output's shape: the VJP driver sums it to
+the input's shape, so rules never undo broadcasting themselves.
+
+A scalar template ``scalar(K, *operands)`` renders the op on scalar operand expressions; ``K(c)``
+renders the constant ``c`` in the op's dtype (so float32 loops stay float32).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import scipy.special
+
+from .errors import DtypeError, ShapeError
+from .ir import DTYPES_BY_NAME, TensorType, is_float
+
+ELEMENTWISE = "elementwise"   # scalar function applied over broadcast operands
+REDUCE = "reduce"             # accumulates over `axes` (output drops them)
+VIEW = "view"                 # an index function over one operand; owns no buffer
+MATMUL = "matmul"             # batched GEMM
+STRUCTURAL = "structural"     # moves data: concatenate, unslice
+COMPOSITE = "composite"       # numerically stable row-wise ops (softmax family)
+SOURCE = "source"             # creates data from parameters only
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str
+    infer: Callable[..., TensorType]
+    impl: Callable[..., np.ndarray]
+    vjp: Callable | None
+    scalar: Callable[..., str] | None = None
+    # Reductions: the accumulator's start value and its update, as a template.
+    init: float | None = None
+    combine: Callable[[str, str], str] | None = None
+
+    @property
+    def differentiable(self) -> bool:
+        return self.vjp is not None
+
+
+OPS: dict[str, Op] = {}
+
+
+def defop(name: str, kind: str, infer, impl, vjp=None, **extra) -> Op:
+    op = Op(name, kind, infer, impl, vjp, **extra)
+    OPS[name] = op
+    return op
+
+
+# ---------------------------------------------------------------------------------------------
+# Shape and dtype rules
+
+def broadcast_shapes(op: str, *shapes) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ShapeError(f"{op}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from None
+
+
+def same_dtype(op: str, types) -> np.dtype:
+    dtypes = {t.dtype for t in types}
+    if len(dtypes) != 1:
+        raise DtypeError(f"{op}: operands must share one dtype, got {', '.join(sorted(map(str, dtypes)))}")
+    return dtypes.pop()
+
+
+def require_float(op: str, t: TensorType) -> None:
+    if not is_float(t.dtype):
+        raise DtypeError(f"{op}: expected a float32 or float64 operand, got {t.dtype}")
+
+
+def elementwise_rule(name: str, float_only=True, out_dtype=None):
+    def infer(types):
+        dtype = same_dtype(name, types)
+        if float_only:
+            require_float(name, types[0])
+        return TensorType(broadcast_shapes(name, *(t.shape for t in types)), out_dtype or dtype)
+    return infer
+
+
+def check_axes(op: str, axes, ndim: int) -> tuple[int, ...]:
+    for a in axes:
+        if not 0 <= a < ndim:
+            raise ShapeError(f"{op}: axis {a} is out of range for an array of {ndim} dimensions")
+    return axes
+
+
+def reduced_shape(shape, axes) -> tuple[int, ...]:
+    return tuple(d for i, d in enumerate(shape) if i not in axes)
+
+
+def keepdims_shape(shape, axes) -> tuple[int, ...]:
+    return tuple(1 if i in axes else d for i, d in enumerate(shape))
+
+
+# ---------------------------------------------------------------------------------------------
+# Element-wise ops
+
+def elementwise(name, impl, scalar, vjp, float_only=True):
+    return defop(name, ELEMENTWISE, elementwise_rule(name, float_only), impl, vjp, scalar=scalar)
+
+
+def predicate(name, impl, scalar):
+    """A non-differentiable element-wise op giving a boolean mask."""
+    return defop(name, ELEMENTWISE, elementwise_rule(name, False, np.dtype(np.bool_)), impl,
+                 scalar=scalar)
+
+
+elementwise("neg", np.negative, lambda K, x: f"(-{x})",
+      lambda g, ans, x: (-g,))
+elementwise("exp", np.exp, lambda K, x: f"np.exp({x})",
+      lambda g, ans, x: (g * ans,))
+elementwise("log", np.log, lambda K, x: f"np.log({x})",
+      lambda g, ans, x: (g / x,))
+elementwise("log1p", np.log1p, lambda K, x: f"np.log1p({x})",
+      lambda g, ans, x: (g / (x + 1.0),))
+elementwise("sqrt", np.sqrt, lambda K, x: f"np.sqrt({x})",
+      lambda g, ans, x: (g * 0.5 / ans,))
+elementwise("abs", np.abs, lambda K, x: f"abs({x})",
+      lambda g, ans, x: (g * A.sign(x),))
+elementwise("sign", np.sign, lambda K, x: f"({K(1)} if {x} > {K(0)} else ({K(-1)} if {x} < {K(0)} else {x}))",
+      lambda g, ans, x: (None,))
+elementwise("sin", np.sin, lambda K, x: f"np.sin({x})",
+      lambda g, ans, x: (g * A.cos(x),))
+elementwise("cos", np.cos, lambda K, x: f"np.cos({x})",
+      lambda g, ans, x: (-g * A.sin(x),))
+elementwise("tanh", np.tanh, lambda K, x: f"np.tanh({x})",
+      lambda g, ans, x: (g * (1.0 - ans * ans),))
+elementwise("sigmoid", scipy.special.expit,
+      lambda K, x: f"({K(1)} / ({K(1)} + np.exp(-{x})))",
+      lambda g, ans, x: (g * ans * (1.0 - ans),))
+elementwise("relu", lambda x: np.where(x < 0, np.zeros_like(x), x),
+      lambda K, x: f"({K(0)} if {x} < {K(0)} else {x})",
+      lambda g, ans, x: (A.where(x > 0, g, 0.0),))
+elementwise("square", np.square, lambda K, x: f"({x} * {x})",
+      lambda g, ans, x: (g * 2.0 * x,))
+defop("cast", ELEMENTWISE, lambda types, dtype: TensorType(types[0].shape, DTYPES_BY_NAME[dtype]),
+      lambda x, dtype: x.astype(DTYPES_BY_NAME[dtype]),
+      lambda g, ans, x, dtype: (A.astype(g, x.dtype) if is_float(x.dtype) else None,),
+      scalar=lambda K, x, dtype: f"np.{DTYPES_BY_NAME[dtype].name}({x})")
+
+elementwise("add", np.add, lambda K, a, b: f"({a} + {b})",
+       lambda g, ans, a, b: (g, g))
+elementwise("sub", np.subtract, lambda K, a, b: f"({a} - {b})",
+       lambda g, ans, a, b: (g, -g))
+elementwise("mul", np.multiply, lambda K, a, b: f"({a} * {b})",
+       lambda g, ans, a, b: (g * b, g * a))
+elementwise("div", np.divide, lambda K, a, b: f"({a} / {b})",
+       lambda g, ans, a, b: (g / b, -g * ans / b))
+elementwise("pow", np.power, lambda K, a, b: f"({a} ** {b})",
+       lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))))
+elementwise("maximum", np.maximum, lambda K, a, b: f"({a} if ({a} > {b} or {a} != {a}) else {b})",
+       lambda g, ans, a, b: _tie_split(g, a > b, a == b))
+elementwise("minimum", np.minimum, lambda K, a, b: f"({a} if ({a} < {b} or {a} != {a}) else {b})",
+       lambda g, ans, a, b: _tie_split(g, a < b, a == b))
+
+
+def _pow_base_grad(g, a, b):
+    # d(a**b)/da = b * a**(b-1), taken as 0 where b == 0 (a**0 is constant even at a == 0).
+    return A.where(b == 0, 0.0, g * b * a ** (b - 1.0))
+
+
+def _tie_split(g, wins, ties):
+    """maximum/minimum: the winner takes the gradient, ties split it evenly."""
+    half = g * 0.5
+    return A.where(wins, g, A.where(ties, half, 0.0)), A.where(wins | ties, A.where(ties, half, 0.0), g)
+
+
+defop("where", ELEMENTWISE, lambda types: _where_rule(types), np.where,
+      lambda g, ans, c, a, b: (None, A.where(c, g, 0.0), A.where(c, 0.0, g)),
+      scalar=lambda K, c, a, b: f"({a} if {c} else {b})")
+
+
+def _where_rule(types):
+    cond, a, b = types
+    if cond.dtype != np.bool_:
+        raise DtypeError(f"where: the condition must be a boolean mask, got {cond.dtype}")
+    dtype = same_dtype("where", (a, b))
+    return TensorType(broadcast_shapes("where", cond.shape, a.shape, b.shape), dtype)
+
+
+defop("clip", ELEMENTWISE, elementwise_rule("clip"), np.clip,
+      lambda g, ans, x, lo, hi: (A.where((x >= lo) & (x <= hi), g, 0.0),
+                                 A.where(x < lo, g, 0.0), A.where(x > hi, g, 0.0)),
+      scalar=lambda K, x, lo, hi: f"({lo} if {x} < {lo} else ({hi} if {x} > {hi} else {x}))")
+
+predicate("lt", np.less, lambda K, a, b: f"({a} < {b})")
+predicate("le", np.less_equal, lambda K, a, b: f"({a} <= {b})")
+predicate("gt", np.greater, lambda K, a, b: f"({a} > {b})")
+predicate("ge", np.greater_equal, lambda K, a, b: f"({a} >= {b})")
+predicate("eq", np.equal, lambda K, a, b: f"({a} == {b})")
+predicate("ne", np.not_equal, lambda K, a, b: f"({a} != {b})")
+predicate("and", np.logical_and, lambda K, a, b: f"({a} and {b})")
+predicate("or", np.logical_or, lambda K, a, b: f"({a} or {b})")
+predicate("not", np.logical_not, lambda K, a: f"(not {a})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions (axes normalised and sorted; the output drops them)
+
+def reduction_rule(name):
+    def infer(types, axes):
+        (x,) = types
+        check_axes(name, axes, x.ndim)
+        return TensorType(reduced_shape(x.shape, axes), x.dtype)
+    return infer
+
+
+def expand_back(g, axes, shape):
+    """Broadcast a reduced cotangent back over the reduced axes."""
+    return A.broadcast_to(A.reshape(g, keepdims_shape(shape, axes)), shape)
+
+
+def extremum_vjp(g, ans, x, axes):
+    """Gradient of max/min: shared equally among the elements that attain the extremum."""
+    hit = A.astype(x == expand_back(ans, axes, x.shape), x.dtype)
+    count = A.sum(hit, axis=axes, keepdims=True)
+    return (expand_back(g, axes, x.shape) * hit / count,)
+
+
+defop("sum", REDUCE, reduction_rule("sum"), lambda x, axes: np.sum(x, axis=axes, dtype=x.dtype),
+      lambda g, ans, x, axes: (expand_back(g, axes, x.shape),),
+      init=0.0, combine=lambda acc, x: f"{acc} + {x}")
+defop("max", REDUCE, reduction_rule("max"), lambda x, axes: np.max(x, axis=axes), extremum_vjp,
+      init=-np.inf, combine=lambda acc, x: f"({x} if ({x} > {acc} or {x} != {x}) else {acc})")
+defop("min", REDUCE, reduction_rule("min"), lambda x, axes: np.min(x, axis=axes), extremum_vjp,
+      init=np.inf, combine=lambda acc, x: f"({x} if ({x} < {acc} or {x} != {x}) else {acc})")
+
+
+# ---------------------------------------------------------------------------------------------
+# Views: index functions over one operand
+
+def _reshape_rule(types, shape):
+    (x,) = types
+    if int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise ShapeError(f"reshape: cannot reshape an array of shape {x.shape} into shape {tuple(shape)}")
+    return TensorType(shape, x.dtype)
+
+
+def _transpose_rule(types, perm):
+    (x,) = types
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"transpose: axes {tuple(perm)} are not a permutation of {x.ndim} dimensions")
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype)
+
+
+def _broadcast_to_rule(types, shape):
+    (x,) = types
+    if broadcast_shapes("broadcast_to", x.shape, shape) != tuple(shape):
+        raise ShapeError(f"broadcast_to: cannot broadcast shape {x.shape} to {tuple(shape)}")
+    return TensorType(shape, x.dtype)
+
+
+def slice_shape(starts, stops, steps) -> tuple[int, ...]:
+    return tuple(len(range(a, b, s)) for a, b, s in zip(starts, stops, steps))
+
+
+def slice_index(starts, stops, steps) -> tuple[slice, ...]:
+    return tuple(slice(a, b if b >= 0 else None, s) for a, b, s in zip(starts, stops, steps))
+
+
+def _slice_rule(types, starts, stops, steps):
+    (x,) = types
+    if not len(starts) == len(stops) == len(steps) == x.ndim:
+        raise ShapeError(f"slice: needs one (start, stop, step) per dimension of {x.shape}")
+    return TensorType(slice_shape(starts, stops, steps), x.dtype)
+
+
+defop("reshape", VIEW, _reshape_rule, lambda x, shape: np.reshape(x, shape),
+      lambda g, ans, x, shape: (A.reshape(g, x.shape),))
+defop("transpose", VIEW, _transpose_rule, lambda x, perm: np.transpose(x, perm),
+      lambda g, ans, x, perm: (A.transpose(g, tuple(np.argsort(perm))),))
+defop("broadcast_to", VIEW, _broadcast_to_rule, lambda x, shape: np.broadcast_to(x, shape),
+      lambda g, ans, x, shape: (g,))
+defop("slice", VIEW, _slice_rule, lambda x, starts, stops, steps: x[slice_index(starts, stops, steps)],
+      lambda g, ans, x, starts, stops, steps: (A.unslice(g, x.shape, starts, stops, steps),))
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural ops: concatenate and the transpose of slicing
+
+def _concatenate_rule(types, axis):
+    first = types[0]
+    dtype = same_dtype("concatenate", types)
+    check_axes("concatenate", (axis,), first.ndim)
+    for t in types[1:]:
+        if t.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis):
+            raise ShapeError(f"concatenate: shapes {first.shape} and {t.shape} differ off axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return TensorType(shape, dtype)
+
+
+def _concatenate_vjp(g, ans, *xs, axis):
+    grads, start = [], 0
+    for x in xs:
+        starts = [0] * ans.ndim
+        starts[axis] = start
+        stops = list(ans.shape)
+        stops[axis] = start + x.shape[axis]
+        grads.append(A.slice_array(g, starts, stops, [1] * ans.ndim))
+        start += x.shape[axis]
+    return tuple(grads)
+
+
+def _unslice_rule(types, shape, starts, stops, steps):
+    (g,) = types
+    if slice_shape(starts, stops, steps) != g.shape:
+        raise ShapeError(f"unslice: slice of {tuple(shape)} does not have shape {g.shape}")
+    return TensorType(shape, g.dtype)
+
+
+def _unslice_impl(g, shape, starts, stops, steps):
+    out = np.zeros(shape, g.dtype)
+    out[slice_index(starts, stops, steps)] = g
+    return out
+
+
+defop("concatenate", STRUCTURAL, _concatenate_rule, lambda *xs, axis: np.concatenate(xs, axis),
+      _concatenate_vjp)
+defop("unslice", STRUCTURAL, _unslice_rule, _unslice_impl,
+      lambda g, ans, x, shape, starts, stops, steps: (A.slice_array(g, starts, stops, steps),))
+
+
+# ---------------------------------------------------------------------------------------------
+# Matmul: [..., m, k] @ [..., k, n] with broadcast batch dimensions
+
+def _matmul_rule(types):
+    a, b = types
+    dtype = same_dtype("matmul", types)
+    require_float("matmul", a)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} are not aligned")
+    batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    return TensorType(batch + (a.shape[-2], b.shape[-1]), dtype)
+
+
+defop("matmul", MATMUL, _matmul_rule, np.matmul,
+      lambda g, ans, a, b: (g @ A.swap_last(b), A.swap_last(a) @ g))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+def _fill_rule(types, shape, dtype, value):
+    return TensorType(shape, DTYPES_BY_NAME[dtype])
+
+
+def _one_hot_rule(types, depth, dtype):
+    (labels,) = types
+    if labels.dtype.kind not in "iu":
+        raise DtypeError(f"one_hot: labels must be integers, got {labels.dtype}")
+    return TensorType(labels.shape + (depth,), DTYPES_BY_NAME[dtype])
+
+
+defop("fill", SOURCE, _fill_rule, lambda shape, dtype, value: np.full(shape, value, DTYPES_BY_NAME[dtype]))
+defop("one_hot", ELEMENTWISE, _one_hot_rule,
+      lambda labels, depth, dtype: (labels[..., None] == np.arange(depth)).astype(DTYPES_BY_NAME[dtype]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Composites: stable forward formulas and the textbook backward ones
+
+def _row_rule(name, keep):
+    def infer(types, axes):
+        (x,) = types
+        require_float(name, x)
+        check_axes(name, axes, x.ndim)
+        return TensorType(x.shape if keep else reduced_shape(x.shape, axes), x.dtype)
+    return infer
+
+
+def _stable_max(x, axes):
+    m = np.max(x, axis=axes, keepdims=True)
+    return np.where(np.isfinite(m), m, 0).astype(x.dtype)
+
+
+def _logsumexp(x, axes, keepdims=False):
+    m = _stable_max(x, axes)
+    out = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return out if keepdims else np.squeeze(out, axes)
+
+
+def _softmax(x, axes):
+    e = np.exp(x - _stable_max(x, axes))
+    return e / np.sum(e, axis=axes, keepdims=True)
+
+
+def _softmax_vjp(g, ans, x, axes):
+    return (ans * (g - A.sum(g * ans, axis=axes, keepdims=True)),)
+
+
+def _log_softmax_vjp(g, ans, x, axes):
+    return (g - A.exp(ans) * A.sum(g, axis=axes, keepdims=True),)
+
+
+def _sce_rule(types):
+    logits, labels = types
+    require_float("softmax_cross_entropy", logits)
+    if labels.dtype.kind not in "iu":
+        raise DtypeError(f"softmax_cross_entropy: labels must be integer class indices, got {labels.dtype}")
+    if logits.ndim < 1 or labels.shape != logits.shape[:-1]:
+        raise ShapeError(f"softmax_cross_entropy: labels of shape {labels.shape} do not index the rows "
+                         f"of logits of shape {logits.shape} (expected labels of shape {logits.shape[:-1]})")
+    return TensorType(labels.shape, logits.dtype)
+
+
+def _sce_impl(logits, labels):
+    classes = logits.shape[-1]
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"softmax_cross_entropy: labels must lie in [0, {classes}), "
+                         f"got values from {labels.min()} to {labels.max()}")
+    picked = np.take_along_axis(logits, labels[..., None].astype(np.intp), axis=-1)[..., 0]
+    return _logsumexp(logits, (logits.ndim - 1,)) - picked
+
+
+def _sce_vjp(g, ans, logits, labels):
+    last = (logits.ndim - 1,)
+    onehot = A.one_hot(labels, logits.shape[-1], logits.dtype)
+    return A.expand_dims(g, -1) * (A.softmax(logits, axis=last) - onehot), None
+
+
+defop("logsumexp", COMPOSITE, _row_rule("logsumexp", keep=False), _logsumexp,
+      lambda g, ans, x, axes: (expand_back(g, axes, x.shape) * A.exp(x - expand_back(ans, axes, x.shape)),))
+defop("softmax", COMPOSITE, _row_rule("softmax", keep=True), _softmax, _softmax_vjp)
+defop("log_softmax", COMPOSITE, _row_rule("log_softmax", keep=True),
+      lambda x, axes: x - _logsumexp(x, axes, keepdims=True), _log_softmax_vjp)
+defop("softmax_cross_entropy", COMPOSITE, _sce_rule, _sce_impl, _sce_vjp)
+
+from . import array_api as A  # noqa: E402  (the VJP rules are written with the public functions)

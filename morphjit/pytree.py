@@ -1,0 +1,98 @@
+"""Nested containers of arrays (dicts, lists, tuples, namedtuples) as flat leaf lists.
+
+Dict keys are visited in sorted order, as JAX does, so the flat order does not depend on how
+the user built the dict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TreeDef:
+    kind: type | None          # None for a leaf
+    keys: tuple = ()           # dict keys, or namedtuple field names
+    children: tuple["TreeDef", ...] = ()
+
+    @property
+    def num_leaves(self) -> int:
+        return 1 if self.kind is None else sum(c.num_leaves for c in self.children)
+
+    def __str__(self) -> str:
+        if self.kind is None:
+            return "*"
+        inner = ", ".join(f"{k!r}: {c}" if self.kind is dict else str(c) for k, c in self._labelled())
+        return {dict: "{%s}", list: "[%s]"}.get(self.kind, "(%s)") % inner
+
+    def _labelled(self):
+        return zip(self.keys or range(len(self.children)), self.children)
+
+
+LEAF = TreeDef(None)
+
+
+def _is_namedtuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(type(x), "_fields")
+
+
+def _children(tree) -> tuple[type, tuple, list] | None:
+    if isinstance(tree, dict):
+        keys = tuple(sorted(tree))
+        return dict, keys, [tree[k] for k in keys]
+    if _is_namedtuple(tree):
+        return type(tree), type(tree)._fields, list(tree)
+    if isinstance(tree, (list, tuple)):
+        return type(tree), (), list(tree)
+    return None
+
+
+def flatten(tree) -> tuple[list, TreeDef]:
+    leaves: list = []
+    return leaves, _flatten_into(tree, leaves)
+
+
+def _flatten_into(tree, leaves: list) -> TreeDef:
+    node = _children(tree)
+    if node is None:
+        leaves.append(tree)
+        return LEAF
+    kind, keys, children = node
+    return TreeDef(kind, keys, tuple(_flatten_into(c, leaves) for c in children))
+
+
+def unflatten(treedef: TreeDef, leaves) -> Any:
+    it = iter(leaves)
+    result = _build(treedef, it)
+    if next(it, _END) is not _END:
+        raise ValueError("too many leaves for the tree structure")
+    return result
+
+
+_END = object()
+
+
+def _build(treedef: TreeDef, it) -> Any:
+    if treedef.kind is None:
+        return next(it)
+    children = [_build(c, it) for c in treedef.children]
+    if treedef.kind is dict:
+        return dict(zip(treedef.keys, children))
+    if treedef.keys:  # namedtuple
+        return treedef.kind(*children)
+    return treedef.kind(children)
+
+
+def leaf_paths(treedef: TreeDef, root: str) -> list[str]:
+    """Readable paths of the leaves, e.g. ``params['W1']`` or ``batch[0]``."""
+    if treedef.kind is None:
+        return [root]
+    paths = []
+    for key, child in treedef._labelled():
+        label = f".{key}" if _is_field(treedef) else f"[{key!r}]"
+        paths += leaf_paths(child, root + label)
+    return paths
+
+
+def _is_field(treedef: TreeDef) -> bool:
+    return treedef.kind is not dict and bool(treedef.keys)

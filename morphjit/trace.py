@@ -1,0 +1,256 @@
+"""Tracing: run the user's function on tracer arrays and record the forward SSA program."""
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from . import pytree
+from .errors import DtypeError, MorphjitError, TracingError, user_location
+from .ir import DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
+from .ops import ELEMENTWISE, OPS
+
+
+class Trace:
+    """Records bindings while a function runs on tracers."""
+
+    def __init__(self):
+        self.bindings: list[Binding] = []
+        self.consts: list[tuple[Var, np.ndarray]] = []
+        self._const_vars: dict[int, Var] = {}
+        self.closed = False
+        self.loc = None  # when set, the source location given to new bindings
+
+    def bind(self, op_name: str, operands, **params) -> "Tracer":
+        """Append one binding; operands are tracers of this trace, literals or NumPy arrays."""
+        if self.closed:
+            raise escaped_tracer_error()
+        op = OPS[op_name]
+        inputs = [self.operand(x, lift_literals=op.kind != ELEMENTWISE) for x in operands]
+        frozen = params_of(params)
+        if op.kind == ELEMENTWISE and inputs and all(isinstance(x, Lit) for x in inputs):
+            return Tracer(self, self._fold(op_name, inputs, dict(frozen)))
+        loc = self.loc or user_location()
+        try:
+            out_type = op.infer([x.type for x in inputs], **dict(frozen))
+        except MorphjitError as e:
+            e.loc = e.loc or loc
+            raise
+        out = Var(out_type)
+        self.bindings.append(Binding(out, op_name, tuple(inputs), frozen, loc))
+        return Tracer(self, out)
+
+    def operand(self, x, lift_literals: bool):
+        """The IR operand for a tracer, literal or captured array."""
+        if isinstance(x, Tracer):
+            if x.trace is not self:
+                raise escaped_tracer_error()
+            x = x.operand
+        elif isinstance(x, np.ndarray):
+            x = self._const(x)
+        if isinstance(x, Lit) and lift_literals:
+            return self.bind("fill", (), shape=(), dtype=DTYPE_NAMES[x.dtype], value=x.value).operand
+        return x
+
+    def _const(self, array: np.ndarray) -> Var:
+        """A NumPy array captured by the function: its value is fixed when the function is traced."""
+        key = id(array)
+        if key not in self._const_vars:
+            var = Var(TensorType(array.shape, array.dtype))
+            self.consts.append((var, np.array(array, copy=True)))
+            self._const_vars[key] = var
+        return self._const_vars[key]
+
+    @staticmethod
+    def _fold(op_name: str, inputs: list[Lit], params: dict) -> Lit:
+        args = [np.asarray(x.value, x.dtype) for x in inputs]
+        value = np.asarray(OPS[op_name].impl(*args, **params))
+        return Lit(value.item(), value.dtype)
+
+
+def escaped_tracer_error() -> TracingError:
+    return TracingError("a traced value escaped from an earlier trace (it was stored outside the "
+                        "function, e.g. in a global or a closure, and used after tracing ended)",
+                        user_location())
+
+
+class Tracer:
+    """A stand-in for an array while a function is traced: it carries shape and dtype only."""
+
+    __slots__ = ("trace", "operand", "weak")
+    __array_priority__ = 1000
+
+    def __init__(self, trace: Trace, operand, weak: bool = False):
+        self.trace = trace
+        self.operand = operand
+        self.weak = weak  # a Python scalar argument: promotes like one (NumPy's NEP 50)
+
+    @property
+    def type(self) -> TensorType:
+        return self.operand.type
+
+    shape = property(lambda self: self.operand.type.shape)
+    dtype = property(lambda self: self.operand.type.dtype)
+    ndim = property(lambda self: self.operand.type.ndim)
+    size = property(lambda self: self.operand.type.size)
+    T = property(lambda self: A.transpose(self))
+
+    def __repr__(self) -> str:
+        return f"Tracer({self.type})"
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced array")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    # Python asks for concrete values here; a tracer has none.
+    def __bool__(self):
+        raise concrete_value_error("bool() or an `if`/`while` test", "use mj.where(cond, a, b) instead")
+
+    def __float__(self):
+        raise concrete_value_error("float()", "keep the value as an array")
+
+    def __int__(self):
+        raise concrete_value_error("int()", "shapes are static: use x.shape")
+
+    __index__ = __int__
+
+    def __array__(self, dtype=None, copy=None):
+        raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
+                                   "use the traced value with NumPy functions directly")
+
+    def __hash__(self):
+        return id(self)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return A.apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return A.apply_function(func, args, kwargs)
+
+    __add__ = lambda self, other: A.add(self, other)
+    __radd__ = lambda self, other: A.add(other, self)
+    __sub__ = lambda self, other: A.subtract(self, other)
+    __rsub__ = lambda self, other: A.subtract(other, self)
+    __mul__ = lambda self, other: A.multiply(self, other)
+    __rmul__ = lambda self, other: A.multiply(other, self)
+    __truediv__ = lambda self, other: A.divide(self, other)
+    __rtruediv__ = lambda self, other: A.divide(other, self)
+    __pow__ = lambda self, other: A.power(self, other)
+    __rpow__ = lambda self, other: A.power(other, self)
+    __matmul__ = lambda self, other: A.matmul(self, other)
+    __rmatmul__ = lambda self, other: A.matmul(other, self)
+    __neg__ = lambda self: A.negative(self)
+    __pos__ = lambda self: self
+    __abs__ = lambda self: A.abs(self)
+    __lt__ = lambda self, other: A.less(self, other)
+    __le__ = lambda self, other: A.less_equal(self, other)
+    __gt__ = lambda self, other: A.greater(self, other)
+    __ge__ = lambda self, other: A.greater_equal(self, other)
+    __eq__ = lambda self, other: A.equal(self, other)
+    __ne__ = lambda self, other: A.not_equal(self, other)
+    __and__ = lambda self, other: A.logical_and(self, other)
+    __rand__ = lambda self, other: A.logical_and(other, self)
+    __or__ = lambda self, other: A.logical_or(self, other)
+    __ror__ = lambda self, other: A.logical_or(other, self)
+    __invert__ = lambda self: A.logical_not(self)
+    __getitem__ = lambda self, key: A.getitem(self, key)
+
+    def reshape(self, *shape, order="C"):
+        return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
+
+    def transpose(self, *axes):
+        return A.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
+
+    sum = lambda self, axis=None, dtype=None, out=None, keepdims=False: A.sum(self, axis, dtype, out, keepdims)
+    mean = lambda self, axis=None, dtype=None, out=None, keepdims=False: A.mean(self, axis, dtype, out, keepdims)
+    max = lambda self, axis=None, out=None, keepdims=False: A.max(self, axis, out, keepdims)
+    min = lambda self, axis=None, out=None, keepdims=False: A.min(self, axis, out, keepdims)
+    var = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: A.var(self, axis, dtype, out, ddof, keepdims)
+    std = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: A.std(self, axis, dtype, out, ddof, keepdims)
+    astype = lambda self, dtype: A.astype(self, dtype)
+    dot = lambda self, other: A.dot(self, other)
+    clip = lambda self, min=None, max=None: A.clip(self, min, max)
+    squeeze = lambda self, axis=None: A.squeeze(self, axis)
+    swapaxes = lambda self, a, b: A.swapaxes(self, a, b)
+    ravel = lambda self: A.ravel(self)
+    flatten = ravel
+
+
+def concrete_value_error(what: str, hint: str) -> TracingError:
+    return TracingError(f"{what} needs a concrete value, but this array is traced: its value is only "
+                        f"known when the compiled step runs; {hint}", user_location())
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracing a function
+
+SUPPORTED_DTYPES = tuple(DTYPE_NAMES)
+
+
+def trace(fn, *args) -> Program:
+    """Run ``fn`` on tracers standing for ``args`` and return the forward program.
+
+    Every array leaf of the arguments is a program input; the program's outputs are the leaves
+    of what ``fn`` returns.
+    """
+    program, _ = trace_with_tree(fn, args)
+    return program
+
+
+def trace_with_tree(fn, args):
+    """``trace`` that also returns the output tree structure."""
+    leaves, treedef = pytree.flatten(tuple(args))
+    paths = pytree.leaf_paths(treedef, "")
+    names = argument_names(fn, len(args))
+    t = Trace()
+    tracers = [input_tracer(t, leaf, readable_path(p, names)) for leaf, p in zip(leaves, paths)]
+    try:
+        out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
+        outputs = tuple(output_var(t, x) for x in out_leaves)
+    finally:
+        t.closed = True
+    program = Program(tuple(x.operand for x in tracers), tuple(t.bindings), outputs, tuple(t.consts),
+                      getattr(fn, "__name__", "program"))
+    return program, out_tree
+
+
+def argument_names(fn, count: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return names[:count] + [f"args[{i}]" for i in range(len(names), count)]
+
+
+def readable_path(path: str, names: list[str]) -> str:
+    """Turn ``[0]['W1']`` (a path into the argument tuple) into ``params['W1']``."""
+    index, _, rest = path[1:].partition("]")
+    return names[int(index)] + rest
+
+
+def input_tracer(t: Trace, leaf, path: str) -> Tracer:
+    if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
+        dtype = np.result_type(type(leaf))
+        return Tracer(t, Var(TensorType((), dtype)), weak=True)
+    if isinstance(leaf, (np.ndarray, np.generic)):
+        if leaf.dtype not in SUPPORTED_DTYPES:
+            raise DtypeError(f"argument {path} has dtype {leaf.dtype}; morphjit traces "
+                             f"float32, float64, int32, int64 and bool arrays")
+        return Tracer(t, Var(TensorType(np.shape(leaf), leaf.dtype)))
+    raise TracingError(f"argument {path} is a {type(leaf).__name__}, which cannot be traced: pass NumPy "
+                       f"arrays, Python scalars, or dicts, lists and tuples of them")
+
+
+def output_var(t: Trace, x) -> Var:
+    if not isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float)):
+        raise TracingError(f"the function returned a {type(x).__name__}; it must return arrays",
+                           user_location())
+    return t.operand(x if isinstance(x, Tracer) else np.asarray(x), lift_literals=True)
+
+
+from . import array_api as A  # noqa: E402
