@@ -7,13 +7,17 @@ from typing import Callable
 
 import numpy as np
 
-from . import interp, passes, pytree
+from . import cache as disk_cache
+from . import codegen, interp, passes, pytree
+from .lower import lower
+from .plan import make_plan
+from .runtime import NativeStep
 from .errors import DtypeError, ShapeError, TracingError
 from .ir import Program, is_float
 from .trace import argument_names, trace_with_tree
 from .vjp import vjp
 
-BACKENDS = ("interp",)
+BACKENDS = ("numba", "interp")
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,17 @@ def trace_loss(fn, args, spec: ArgSpec) -> Program:
 
 def joint_program(forward: Program, wrt) -> Program:
     """Forward and backward in one program: outputs are the loss and one gradient per ``wrt``."""
-    return passes.dce(vjp(forward, wrt))
+    return passes.optimize(vjp(forward, wrt))
+
+
+def compile_plan(joint: Program):
+    """The replay plan of a joint program: composites lowered, optimised again, fused, planned."""
+    return make_plan(passes.dce(lower(joint)))
+
+
+def _name_hint(fn) -> str:
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in getattr(fn, "__name__", "step"))
+    return name[:40] or "step"
 
 
 def grad_program(fn, *args, argnums=0) -> Program:
@@ -119,7 +133,7 @@ class Step:
 class CompiledLoss:
     """A loss function compiled, per input signature, into a step returning (loss, gradients)."""
 
-    def __init__(self, fn, argnums=0, backend="interp", cache=True):
+    def __init__(self, fn, argnums=0, backend="numba", cache=True):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         functools.update_wrapper(self, fn)
@@ -147,7 +161,12 @@ class CompiledLoss:
     def _compile(self, args) -> Step:
         spec, _ = arg_spec(self.fn, args, self.argnums)
         program = joint_program(trace_loss(self.fn, args, spec), spec.wrt)
-        return Step(spec, program, functools.partial(interp.run, program))
+        if self.backend == "interp":
+            return Step(spec, program, functools.partial(interp.run, program))
+        plan = compile_plan(program)
+        source, arguments = codegen.render(plan)
+        module = disk_cache.load_module(source, name_hint=_name_hint(self.fn), cache=self.cache)
+        return Step(spec, program, NativeStep(plan, getattr(module, codegen.ENTRY), arguments))
 
     def _grads_tree(self, spec: ArgSpec, grads):
         it = iter(grads)
@@ -168,7 +187,7 @@ class CompiledLoss:
         return f"<compiled loss {self.__name__!r}: {n} signature{'s' if n != 1 else ''}, backend={self.backend}>"
 
 
-def compile_loss(fn=None, *, argnums=0, backend="interp", cache=True):
+def compile_loss(fn=None, *, argnums=0, backend="numba", cache=True):
     """Compile ``fn(params, *data) -> scalar loss`` into a step returning ``(loss, grads)``.
 
     Usable as ``@compile_loss``, ``@compile_loss(argnums=..., backend=...)`` or

@@ -74,6 +74,10 @@ class Var:
     def dtype(self):
         return self.type.dtype
 
+    @property
+    def ndim(self):
+        return self.type.ndim
+
     def __repr__(self) -> str:
         return f"Var({self.type})"
 
@@ -268,7 +272,7 @@ def _parse_param(text: str):
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        return text
+        return float(text) if text in ("inf", "-inf", "nan") else text  # repr of non-finite floats
 
 
 def _parse_literal(tok: str) -> Lit:

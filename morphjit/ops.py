@@ -41,6 +41,9 @@ class Op:
     # Reductions: the accumulator's start value and its update, as a template.
     init: float | None = None
     combine: Callable[[str, str], str] | None = None
+    # Composites: the same function in simpler ops (traced values in, traced value out), used
+    # by the backends that compile loops; the reference executor runs `impl`.
+    lower: Callable | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -140,7 +143,8 @@ elementwise("sigmoid", scipy.special.expit,
       lambda g, ans, x: (g * ans * (1.0 - ans),))
 elementwise("relu", lambda x: np.where(x < 0, np.zeros_like(x), x),
       lambda K, x: f"({K(0)} if {x} < {K(0)} else {x})",
-      lambda g, ans, x: (A.where(x > 0, g, 0.0),))
+      # ans > 0 exactly where x > 0; reading ans lets x die inside the forward epilogue.
+      lambda g, ans, x: (A.where(ans > 0, g, 0.0),))
 elementwise("square", np.square, lambda K, x: f"({x} * {x})",
       lambda g, ans, x: (g * 2.0 * x,))
 defop("cast", ELEMENTWISE, lambda types, dtype: TensorType(types[0].shape, DTYPES_BY_NAME[dtype]),
@@ -191,7 +195,8 @@ def _where_rule(types):
 defop("clip", ELEMENTWISE, elementwise_rule("clip"), np.clip,
       lambda g, ans, x, lo, hi: (A.where((x >= lo) & (x <= hi), g, 0.0),
                                  A.where(x < lo, g, 0.0), A.where(x > hi, g, 0.0)),
-      scalar=lambda K, x, lo, hi: f"({lo} if {x} < {lo} else ({hi} if {x} > {hi} else {x}))")
+      # NumPy's definition: NaN in any operand gives NaN, and hi wins where lo > hi.
+      scalar=lambda K, x, lo, hi: f"np.minimum(np.maximum({x}, {lo}), {hi})")
 
 predicate("lt", np.less, lambda K, a, b: f"({a} < {b})")
 predicate("le", np.less_equal, lambda K, a, b: f"({a} <= {b})")
@@ -429,11 +434,35 @@ def _sce_vjp(g, ans, logits, labels):
     return A.expand_dims(g, -1) * (A.softmax(logits, axis=last) - onehot), None
 
 
+def _finite_max(x, axes):
+    """The shift that keeps exp from overflowing (0 where the maximum is infinite)."""
+    m = A.max(x, axis=axes, keepdims=True)
+    return A.where(A.abs(m) != np.inf, m, 0.0)
+
+
+def _logsumexp_keepdims(x, axes):
+    m = _finite_max(x, axes)
+    return A.log(A.sum(A.exp(x - m), axis=axes, keepdims=True)) + m
+
+
+def _softmax_lower(x, axes):
+    e = A.exp(x - _finite_max(x, axes))
+    return e / A.sum(e, axis=axes, keepdims=True)
+
+
+def _sce_lower(logits, labels):
+    last = (logits.ndim - 1,)
+    picked = A.sum(A.where(A.one_hot(labels, logits.shape[-1], np.bool_), logits, 0.0), axis=last)
+    return A.squeeze(_logsumexp_keepdims(logits, last), last) - picked
+
+
 defop("logsumexp", COMPOSITE, _row_rule("logsumexp", keep=False), _logsumexp,
-      lambda g, ans, x, axes: (expand_back(g, axes, x.shape) * A.exp(x - expand_back(ans, axes, x.shape)),))
-defop("softmax", COMPOSITE, _row_rule("softmax", keep=True), _softmax, _softmax_vjp)
+      lambda g, ans, x, axes: (expand_back(g, axes, x.shape) * A.exp(x - expand_back(ans, axes, x.shape)),),
+      lower=lambda x, axes: A.squeeze(_logsumexp_keepdims(x, axes), axes))
+defop("softmax", COMPOSITE, _row_rule("softmax", keep=True), _softmax, _softmax_vjp, lower=_softmax_lower)
 defop("log_softmax", COMPOSITE, _row_rule("log_softmax", keep=True),
-      lambda x, axes: x - _logsumexp(x, axes, keepdims=True), _log_softmax_vjp)
-defop("softmax_cross_entropy", COMPOSITE, _sce_rule, _sce_impl, _sce_vjp)
+      lambda x, axes: x - _logsumexp(x, axes, keepdims=True), _log_softmax_vjp,
+      lower=lambda x, axes: x - _logsumexp_keepdims(x, axes))
+defop("softmax_cross_entropy", COMPOSITE, _sce_rule, _sce_impl, _sce_vjp, lower=_sce_lower)
 
 from . import array_api as A  # noqa: E402  (the VJP rules are written with the public functions)

@@ -1,0 +1,102 @@
+"""Fusion: decide which values get a buffer; every other value is recomputed in its consumers.
+
+A value that is not materialised is inlined, through its index function, into the loop of each
+consumer (MoA psi-composition), so a connected region of element-wise ops and views becomes one
+loop nest, across forward and backward alike, and the element-wise producers of a reduction run
+inside the reduction loop.
+
+Cost rule for a value with several consumers: it is recomputed in each of them while its
+inlined expression is cheap (at most ``RECOMPUTE_LIMIT`` arithmetic ops, no transcendental
+function or division, which count ``EXPENSIVE``), and materialised once otherwise. A value read
+through a broadcast (its consumer is larger, so each element would be recomputed many times)
+is inlined only if it costs at most one op.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .indexing import is_unit_reshape
+from .ir import Binding, Program, Var
+from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL, VIEW
+
+EXPENSIVE = 8
+RECOMPUTE_LIMIT = 4
+_OP_COST = {op: EXPENSIVE for op in ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid",
+                                     "pow", "div")}
+KERNELS = (MATMUL, REDUCE, STRUCTURAL)
+
+
+def is_alias(b: Binding) -> bool:
+    """A reshape that really regroups axes: a free view of its (contiguous) operand's buffer."""
+    return b.op == "reshape" and not is_unit_reshape(b.inputs[0].shape, b.out.shape)
+
+
+def blas_transpose_source(b: Binding | None) -> Var | None:
+    """If ``b`` swaps the last two axes (a transpose BLAS takes as a flag), the value it reads."""
+    if b is None or b.op != "transpose":
+        return None
+    perm = b.kwargs["perm"]
+    n = len(perm)
+    swapped = n >= 2 and tuple(perm) == tuple(range(n - 2)) + (n - 1, n - 2)
+    return b.inputs[0] if swapped else None
+
+
+class Fusion:
+    """The materialisation decisions for one (lowered) program."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.producer = {id(b.out): b for b in program.bindings}
+        self.consumers: dict[int, list[Binding]] = defaultdict(list)
+        for b in program.bindings:
+            for x in b.inputs:
+                if isinstance(x, Var):
+                    self.consumers[id(x)].append(b)
+        self.outputs = {id(v) for v in program.outputs}
+        self.roots = {id(v) for v in program.inputs} | {id(v) for v, _ in program.consts} | self.outputs
+        self.roots |= {id(b.out) for b in program.bindings if OPS[b.op].kind in KERNELS or is_alias(b)}
+        while self._grow_roots():
+            pass
+
+    def is_root(self, v: Var) -> bool:
+        return id(v) in self.roots
+
+    def _grow_roots(self) -> bool:
+        before = len(self.roots)
+        for b in self.program.bindings:
+            for x in self._needed_buffers(b):
+                self.roots.add(id(x))
+            if id(b.out) not in self.roots and self._worth_materialising(b):
+                self.roots.add(id(b.out))
+        return len(self.roots) != before
+
+    def _needed_buffers(self, b: Binding) -> list[Var]:
+        """Operands that must be contiguous arrays: BLAS operands and the source of an alias."""
+        if is_alias(b):
+            return [b.inputs[0]]
+        if OPS[b.op].kind != MATMUL:
+            return []
+        needed = []
+        for x in b.inputs:
+            source = None if self.is_root(x) else blas_transpose_source(self.producer.get(id(x)))
+            needed.append(source if source is not None else x)
+        return needed
+
+    def _worth_materialising(self, b: Binding) -> bool:
+        kind = OPS[b.op].kind
+        if kind not in (ELEMENTWISE, SOURCE):
+            return False
+        cost = self.cost(b.out)
+        users = self.consumers[id(b.out)]
+        if len(users) > 1 and cost > RECOMPUTE_LIMIT:
+            return True
+        return cost > 1 and any(u.out.type.size > b.out.type.size and OPS[u.op].kind in (ELEMENTWISE, VIEW)
+                                for u in users)
+
+    def cost(self, v: Var) -> int:
+        """Arithmetic ops needed to recompute one element of ``v`` from buffers."""
+        if self.is_root(v):
+            return 0
+        b = self.producer[id(v)]
+        own = _OP_COST.get(b.op, 1) if OPS[b.op].kind == ELEMENTWISE else 0
+        return own + sum(self.cost(x) for x in b.inputs if isinstance(x, Var))

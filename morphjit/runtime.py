@@ -1,0 +1,37 @@
+"""Running a compiled step: the workspace pool, argument preparation and the native call."""
+from __future__ import annotations
+
+import numpy as np
+
+from .codegen import internal_shape
+from .plan import Plan
+
+
+class NativeStep:
+    """Calls a compiled step: inputs in, fresh outputs back; the pool is allocated once."""
+
+    def __init__(self, plan: Plan, kernel, arguments):
+        self.kernel = kernel
+        self.inputs = [(v.dtype, v.shape) for v in plan.inputs]
+        self.outputs = [(v.dtype, v.shape) for v in plan.outputs]
+        self.pool = [np.empty(slot.size, slot.dtype) for slot in plan.slots]
+        fixed = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
+        for v in arguments:
+            if id(v) in plan.slot_of:
+                fixed[id(v)] = self.pool[plan.slot_of[id(v)]][:max(v.type.size, 1)].reshape(internal_shape(v.shape))
+        n_in, n_out = len(plan.inputs), len(plan.outputs)
+        self.fixed = [fixed[id(v)] for v in arguments[n_in:len(arguments) - n_out]]
+
+    def __call__(self, *leaves):
+        inputs = [prepare(x, dtype) for x, (dtype, _) in zip(leaves, self.inputs)]
+        outputs = [np.empty(internal_shape(shape), dtype) for dtype, shape in self.outputs]
+        self.kernel(*inputs, *self.fixed, *outputs)
+        return [o.reshape(shape) for o, (_, shape) in zip(outputs, self.outputs)]
+
+
+def prepare(x, dtype) -> np.ndarray:
+    """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D."""
+    a = np.asarray(x)
+    if a.dtype != dtype or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a, dtype)
+    return a.reshape(1) if a.ndim == 0 else a
