@@ -26,3 +26,68 @@ def run(program: Program, *args) -> list[np.ndarray]:
                                      f"{result.dtype}{list(result.shape)}")
             env[id(b.out)] = result
     return [np.array(env[id(v)], copy=True) for v in program.outputs]
+
+
+# ---------------------------------------------------------------------------------------------
+# The replay plan, executed with NumPy over the planned pool (so slot sharing is exercised)
+
+def run_plan(plan, *args) -> list[np.ndarray]:
+    """Execute a replay plan's instructions in order, every pooled value in its planned slot."""
+    from .plan import Alias, Gemm, Loop, Reduce  # the plan stage comes after this executor
+
+    pool = [np.zeros(slot.size, slot.dtype) for slot in plan.slots]
+    memory = {id(v): np.asarray(a, v.dtype) for v, a in zip(plan.inputs, args)}
+    memory.update((id(v), value) for v, value in plan.consts)
+    memory.update((id(v), np.empty(v.shape, v.dtype)) for v in plan.outputs)
+
+    def buffer(v):
+        if id(v) not in memory:
+            memory[id(v)] = pool[plan.slot_of[id(v)]][:v.type.size].reshape(v.shape)
+        return memory[id(v)]
+
+    with np.errstate(all="ignore"):
+        for ins in plan.instructions:
+            if isinstance(ins, Alias):
+                memory[id(ins.out)] = buffer(ins.src).reshape(ins.out.shape)
+            elif isinstance(ins, Gemm):
+                a = _swap_last(buffer(ins.a)) if ins.a_transposed else buffer(ins.a)
+                b = _swap_last(buffer(ins.b)) if ins.b_transposed else buffer(ins.b)
+                buffer(ins.out)[...] = np.matmul(a, b)
+            elif isinstance(ins, Reduce):
+                values = _evaluate(ins.body, ins.domain, buffer)
+                buffer(ins.out)[...] = OPS[ins.op].impl(values, axes=ins.axes)
+            else:
+                assert isinstance(ins, Loop)
+                values = _evaluate(ins.body, ins.domain, buffer)
+                target = tuple(np.broadcast_to(i, ins.domain) for i in _affine(ins.out_map, ins.domain))
+                buffer(ins.out)[target] = values
+    return [np.array(memory[id(v)], copy=True) for v in plan.outputs]
+
+
+def _swap_last(a: np.ndarray) -> np.ndarray:
+    return np.swapaxes(a, -1, -2)
+
+
+def _affine(imap, domain) -> list[np.ndarray]:
+    """The array indices an index map gives at every point of the loop domain."""
+    grid = np.indices(domain, dtype=np.intp) if domain else np.zeros((0,), np.intp)
+    return [o + sum((c * grid[j] for j, c in enumerate(row) if c), np.zeros(domain, np.intp))
+            for o, row in zip(imap.offsets, imap.coeffs)]
+
+
+def _evaluate(expr, domain, buffer) -> np.ndarray:
+    """A loop body evaluated at every point of the domain at once."""
+    from .plan import Apply, Const, Load, OneHot
+
+    if isinstance(expr, Const):
+        return np.full(domain, expr.value, expr.dtype)
+    if isinstance(expr, Load):
+        index = tuple(_affine(expr.imap, domain))
+        return buffer(expr.var)[index] if index else np.full(domain, buffer(expr.var)[()])
+    if isinstance(expr, OneHot):
+        labels = _evaluate(expr.labels, domain, buffer)
+        (klass,) = _affine(expr.klass, domain)
+        return (labels == klass).astype(expr.dtype)
+    assert isinstance(expr, Apply)
+    args = [_evaluate(a, domain, buffer) for a in expr.args]
+    return np.asarray(OPS[expr.op].impl(*args, **dict(expr.params)), expr.dtype)
