@@ -128,6 +128,7 @@ class Step:
     spec: ArgSpec
     program: Program
     run: Callable
+    source: str | None = None    # the generated module (numba backend)
 
 
 class CompiledLoss:
@@ -147,15 +148,15 @@ class CompiledLoss:
         value = outputs[0][()]
         return value, self._grads_tree(step.spec, outputs[1:])
 
-    def _step(self, args):
+    def _step(self, args, count=True):
         leaves, treedef = pytree.flatten(tuple(args))
         key = (treedef, tuple(map(leaf_signature, leaves)))
         step = self._steps.get(key)
         if step is None:
-            self._misses += 1
+            self._misses += count
             step = self._steps[key] = self._compile(args)
         else:
-            self._hits += 1
+            self._hits += count
         return step, leaves
 
     def _compile(self, args) -> Step:
@@ -166,7 +167,7 @@ class CompiledLoss:
         plan = compile_plan(program)
         source, arguments = codegen.render(plan)
         module = disk_cache.load_module(source, name_hint=_name_hint(self.fn), cache=self.cache)
-        return Step(spec, program, NativeStep(plan, getattr(module, codegen.ENTRY), arguments))
+        return Step(spec, program, NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source)
 
     def _grads_tree(self, spec: ArgSpec, grads):
         it = iter(grads)
@@ -180,7 +181,14 @@ class CompiledLoss:
 
     def program(self, *args) -> Program:
         """The joint program that runs for ``args``."""
-        return self._step(args)[0].program
+        return self._step(args, count=False)[0].program
+
+    def source(self, *args) -> str:
+        """The generated source of the step that runs for ``args`` (numba backend)."""
+        step = self._step(args, count=False)[0]
+        if step.source is None:
+            raise ValueError(f"backend={self.backend!r} generates no source; use backend='numba'")
+        return step.source
 
     def __repr__(self) -> str:
         n = len(self._steps)

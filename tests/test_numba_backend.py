@@ -1,0 +1,119 @@
+"""The numba backend against the reference executor: every op, the models, random programs."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import morphjit as mj
+from morphjit.ops import OPS
+
+from models import MODELS
+from strategies import random_programs
+
+TOL = {np.float64: dict(rtol=1e-9, atol=1e-10), np.float32: dict(rtol=2e-4, atol=2e-5)}
+
+
+def assert_backends_agree(fn, args, dtype=np.float64, argnums=0):
+    compiled = mj.compile_loss(fn, argnums=argnums)
+    reference = mj.compile_loss(fn, argnums=argnums, backend="interp")
+    value, grads = compiled(*args)
+    ref_value, ref_grads = reference(*args)
+    assert type(value) is type(ref_value)
+    np.testing.assert_allclose(value, ref_value, **TOL[dtype])
+    for g, r in zip(mj.pytree.flatten(grads)[0], mj.pytree.flatten(ref_grads)[0]):
+        assert g.dtype == r.dtype and g.shape == r.shape
+        np.testing.assert_allclose(g, r, **TOL[dtype])
+    return compiled
+
+
+def every_op(p, labels, mask):
+    """One loss that uses every op of the table (so one compile covers them all)."""
+    x, y, w = p["x"], p["y"], p["w"]
+    pos = mj.exp(x * 0.3)
+    terms = [
+        -x, mj.exp(x), mj.log(pos), mj.log1p(pos), mj.sqrt(pos), mj.abs(x), mj.sign(x) * x, mj.sin(x),
+        mj.cos(x), mj.tanh(x), mj.sigmoid(x), mj.relu(x), mj.square(x), (x > 0).astype(x.dtype) * y,
+        x + y, x - y, x * y, x / (pos + 1), pos ** y, mj.maximum(x, y), mj.minimum(x, y),
+        mj.where(mask, x, y), mj.clip(x, -0.5, 0.5),
+        mj.where((x < y) & (x <= 0.1) | ~(x >= y) & (x == x) & (x != 2.0), x, 0.0),
+    ]
+    loss = sum(mj.sum(t * (i + 1) * 0.01) for i, t in enumerate(terms))
+    loss = loss + mj.sum(x.max(axis=1)) + mj.sum(x.min(axis=0)) + mj.sum(mj.sum(x, axis=0, keepdims=True) * y)
+    z = mj.concatenate([x[:, ::2], x[::-1, 1::2]], axis=1)
+    loss = loss + mj.sum(z * y) + mj.sum(mj.broadcast_to(w[None, :3], (4, 3)) * x.T[:3, :].T) + x[1, 2]
+    logits = x @ w[:, None] + mj.expand_dims(y[:, 0], 1)
+    loss = loss + mj.sum(mj.logsumexp(x, axis=1)) + mj.sum(mj.softmax(x, axis=0) * y)
+    loss = loss + mj.sum(mj.log_softmax(x) * y) + mj.mean(mj.softmax_cross_entropy(x * 2.0, labels))
+    loss = loss + mj.sum(mj.one_hot(labels, 6, x.dtype) * y) + mj.sum(logits) * 0.1
+    return loss + mj.sum(mj.reshape(x, (2, 12)).astype(np.float32).astype(x.dtype) ** 2) * 0.01
+
+
+def every_op_args(dtype):
+    rng = np.random.default_rng(7)
+    params = {"x": rng.normal(size=(4, 6)), "y": rng.normal(size=(4, 6)), "w": rng.normal(size=6)}
+    params = {k: v.astype(dtype) for k, v in params.items()}
+    return params, rng.integers(0, 6, 4), rng.random((4, 6)) < 0.5
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_op_agrees_with_reference(dtype):
+    compiled = assert_backends_agree(every_op, every_op_args(dtype), dtype)
+    program = compiled.program(*every_op_args(dtype))
+    used = {b.op for b in program.bindings} | {"matmul", "transpose", "broadcast_to", "fill"}
+    assert set(OPS) - used == set(), "an op is not exercised"
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_agree_with_reference(name, dtype):
+    fn, args = MODELS[name](dtype)
+    assert_backends_agree(fn, args, dtype)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_random_programs_agree_with_reference(example):
+    fn, args = example
+    assert_backends_agree(fn, args)
+
+
+def test_nan_in_data_reaches_the_loss():
+    fn, (params, x, y) = MODELS["mlp2"](np.float64)
+    step = mj.compile_loss(fn)
+    x = x.copy()
+    x[3, 1] = np.nan
+    value, grads = step(params, x, y)
+    assert np.isnan(value)
+    assert np.isnan(grads["W1"]).any()
+
+
+def test_inputs_are_not_modified_and_outputs_are_fresh():
+    fn, (params, x, y) = MODELS["mlp2"](np.float64)
+    before = {k: v.copy() for k, v in params.items()}, x.copy(), y.copy()
+    step = mj.compile_loss(fn)
+    _, first = step(params, x, y)
+    snapshot = {k: v.copy() for k, v in first.items()}
+    step(params, x, y)
+    for k in params:
+        np.testing.assert_array_equal(params[k], before[0][k])
+        np.testing.assert_array_equal(first[k], snapshot[k])  # a later call does not reuse returned arrays
+    np.testing.assert_array_equal(x, before[1])
+    np.testing.assert_array_equal(y, before[2])
+
+
+def test_non_contiguous_and_python_scalar_arguments():
+    def loss(w, x, scale):
+        return mj.sum((x @ w) ** 2) * scale
+
+    rng = np.random.default_rng(0)
+    w, x = rng.normal(size=(3, 2)), rng.normal(size=(6, 8))[:, ::2][:, :3]
+    assert not x.flags.c_contiguous
+    assert_backends_agree(loss, (w, x, 0.5))
+
+
+def test_generated_source_is_deterministic():
+    fn, args = MODELS["mlp2"](np.float64)
+    sources = {mj.compile_loss(fn).source(*args) for _ in range(2)}
+    assert len(sources) == 1
+    (source,) = sources
+    assert source.startswith("# morphjit step for program 'loss'")
+    assert "np.dot(" in source and ".T" in source

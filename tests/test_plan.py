@@ -1,0 +1,103 @@
+"""The replay plan: invariants of the buffer planner, its meaning on the plan executor, its effect."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import morphjit as mj
+from morphjit.compiler import compile_plan
+from morphjit.interp import run_plan
+from morphjit.plan import Alias, make_plan
+
+from models import MODELS
+from strategies import random_programs
+
+
+def check_plan_invariants(plan) -> None:
+    """Reads follow writes; live values never share a slot (but for in-place loops); outputs are private."""
+    defined = {id(v) for v in plan.inputs} | {id(v) for v, _ in plan.consts}
+    first_write, last_touch = {}, {}
+    for t, ins in enumerate(plan.instructions):
+        for v in ins.reads():
+            assert id(v) in defined, f"instruction {t} reads a value before it is written"
+            last_touch[id(plan.buffer_of(v))] = t
+        defined.add(id(ins.out))
+        first_write.setdefault(id(ins.out), t)
+        last_touch[id(plan.buffer_of(ins.out))] = t
+    outputs = {id(v) for v in plan.outputs}
+    assert not outputs & set(plan.slot_of), "an output was given a pool slot"
+    writers = {}
+    for ins in plan.instructions:
+        writers.setdefault(id(ins.out), []).append(ins)
+    for v in plan.outputs:
+        assert all(not isinstance(i, Alias) for i in writers[id(v)]), "an output aliases another buffer"
+    pooled = [(first_write[k], last_touch[k], k, s) for k, s in plan.slot_of.items()]
+    in_place_outs = {id(i.out) for i in plan.instructions if id(i) in plan.in_place}
+    for a_start, a_end, a, slot in pooled:
+        for b_start, b_end, b, other in pooled:
+            if a == b or slot != other or not a_start <= b_start <= a_end:
+                continue
+            handover = b_start == a_end and b in in_place_outs
+            assert handover, f"two live values share slot {slot} (lifetimes {a_start}-{a_end} and {b_start}-{b_end})"
+    for s in plan.slots:
+        assert s.size >= 1
+
+
+def flat_args(args):
+    from morphjit import pytree
+    return pytree.flatten(tuple(args))[0]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_models_plan_matches_program(name):
+    fn, args = MODELS[name](np.float64)
+    joint = mj.grad_program(fn, *args)
+    plan = compile_plan(joint)
+    check_plan_invariants(plan)
+    expected = mj.run(joint, *flat_args(args))
+    actual = run_plan(plan, *flat_args(args))
+    for a, e in zip(actual, expected):
+        np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12)
+    assert plan.workspace_bytes <= plan.naive_bytes
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_random_plans_match_program(example):
+    fn, args = example
+    joint = mj.grad_program(fn, *args)
+    plan = compile_plan(joint)
+    check_plan_invariants(plan)
+    expected = mj.run(joint, *flat_args(args))
+    for a, e in zip(run_plan(plan, *flat_args(args)), expected):
+        np.testing.assert_allclose(a, e, rtol=1e-9, atol=1e-9)
+
+
+def test_squared_error_is_one_reduction_loop():
+    def sse(x, y):
+        return mj.sum((x - y) * (x - y))
+
+    x, y = np.ones(5), np.zeros(5)
+    plan = make_plan(mj.trace(sse, x, y))
+    assert plan.counts() == {"gemm": 0, "loop": 0, "reduce": 1, "alias": 0}
+    assert plan.workspace_bytes == 0
+    assert "reduce  v2:f64[] = sum[i0] mul(sub(v0[i0], v1[i0]), sub(v0[i0], v1[i0]))" in str(plan)
+
+
+def test_gemm_epilogue_runs_in_place_and_transposes_go_to_blas():
+    fn, args = MODELS["mlp2"](np.float64)
+    plan = compile_plan(mj.grad_program(fn, *args))
+    text = str(plan)
+    assert "relu(add(" in text  # bias add and activation fused into one loop after the GEMM
+    assert any(i.a_transposed or i.b_transposed for i in plan.instructions if hasattr(i, "a_transposed"))
+    assert "transpose" not in text  # transposes are BLAS flags or index maps, never copies
+    assert plan.in_place, "no loop wrote over a dying input"
+
+
+def test_broadcast_reads_compose_into_one_loop():
+    def f(a, b):
+        return mj.sum(mj.exp(a.T + b[None, :]) * 2.0)
+
+    a, b = np.ones((3, 4)), np.ones(3)
+    plan = make_plan(mj.trace(f, a, b))
+    assert len(plan.instructions) == 1
+    assert "v0[i1, i0]" in str(plan) and "v1[i1]" in str(plan)
