@@ -116,9 +116,10 @@ def leaf_signature(leaf):
 
 @dataclass(frozen=True)
 class CacheInfo:
-    hits: int
-    misses: int
-    signatures: tuple[str, ...]
+    hits: int                       # calls served by a step already in memory
+    misses: int                     # calls that traced a new signature
+    signatures: tuple[str, ...]     # the input types of each signature held
+    disk_loads: int = 0             # steps whose machine code came from the disk cache
 
 
 @dataclass
@@ -177,7 +178,9 @@ class CompiledLoss:
 
     def cache_info(self) -> CacheInfo:
         sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in self._steps.values())
-        return CacheInfo(self._hits, self._misses, sigs)
+        loads = sum(isinstance(s.run, NativeStep) and disk_cache.loaded_from_disk(s.run.kernel)
+                    for s in self._steps.values())
+        return CacheInfo(self._hits, self._misses, sigs, loads)
 
     def program(self, *args) -> Program:
         """The joint program that runs for ``args``."""

@@ -1,0 +1,48 @@
+"""Structural figures of the optimised joint programs and their replay plans (issue 4).
+
+Run: .venv/bin/python -m perf.plan_figures
+"""
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+
+import morphjit as mj  # noqa: E402
+from morphjit import passes  # noqa: E402
+from morphjit.compiler import compile_plan, trace_loss, arg_spec  # noqa: E402
+from morphjit.vjp import vjp  # noqa: E402
+from models import MODELS  # noqa: E402
+
+ROWS = {"(a) 2-layer relu MLP, softmax CE": "mlp2", "(b) 3-layer tanh MLP, MSE": "mlp3_tanh_mse",
+        "(c) layer norm": "layernorm", "(d) attention block": "attention"}
+
+
+def figures(name: str) -> dict:
+    fn, args = MODELS[name](np.float64)
+    spec, _ = arg_spec(fn, args, 0)
+    raw = passes.dce(vjp(trace_loss(fn, args, spec), spec.wrt))
+    plan = compile_plan(mj.grad_program(fn, *args))
+    counts = plan.counts()
+    elementwise_outside = sum(1 for b in plan.program.bindings
+                              if mj.ops.OPS[b.op].kind == "elementwise" and id(b.out) in plan.slot_of
+                              and not any(getattr(i, "out", None) is b.out for i in plan.instructions))
+    return dict(before=len(raw.bindings), after=len(plan.program.bindings), instructions=len(plan.instructions),
+                loops=counts["loop"], gemms=counts["gemm"], reductions=counts["reduce"], slots=len(plan.slots),
+                workspace=plan.workspace_bytes, naive=plan.naive_bytes, stray=elementwise_outside)
+
+
+def main():
+    header = ("model", "bindings before", "after passes", "instructions", "loops", "GEMMs", "reductions",
+              "slots", "workspace B", "naive B", "ratio")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for label, name in ROWS.items():
+        f = figures(name)
+        print(f"| {label} | {f['before']} | {f['after']} | {f['instructions']} | {f['loops']} | {f['gemms']} | "
+              f"{f['reductions']} | {f['slots']} | {f['workspace']} | {f['naive']} | {f['workspace'] / f['naive']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
