@@ -126,7 +126,17 @@ add = _elementwise("add")
 subtract = _elementwise("sub")
 multiply = _elementwise("mul")
 divide = _elementwise("div", floating=True)
-power = _elementwise("pow", floating=True)
+_float_power = _elementwise("pow", floating=True)
+
+
+def power(x1, x2):
+    """``x1 ** x2``; integer powers (an integer result in NumPy) are not supported."""
+    if np.result_type(*(_prototype(_value(v)) for v in (x1, x2))).kind in "biu":
+        raise DtypeError("power: integer ** integer is not supported (NumPy would give an integer "
+                         "array); make the base or the exponent a float", user_location())
+    return _float_power(x1, x2)
+
+
 maximum = _elementwise("maximum")
 minimum = _elementwise("minimum")
 negative = _elementwise("neg")
@@ -151,6 +161,23 @@ not_equal = _elementwise("ne")
 logical_and = _logical("and")
 logical_or = _logical("or")
 logical_not = _logical("not")
+
+
+def _boolean_only(name: str, logical):
+    """``&``, ``|``, ``~`` (NumPy's bitwise ufuncs): logical on boolean masks, unsupported otherwise."""
+    def fn(*args):
+        for a in args:
+            if _dtype_of(a) != np.bool_:
+                raise UnsupportedError(f"np.{name} on {_dtype_of(a)} arrays is not supported (morphjit "
+                                       f"has &, | and ~ for boolean masks only)", user_location())
+        return logical(*args)
+    fn.__name__ = name
+    return fn
+
+
+bitwise_and = _boolean_only("bitwise_and", logical_and)
+bitwise_or = _boolean_only("bitwise_or", logical_or)
+invert = _boolean_only("invert", logical_not)
 
 
 def positive(x):
@@ -531,7 +558,7 @@ UFUNCS = {
     np.less: less, np.less_equal: less_equal, np.greater: greater, np.greater_equal: greater_equal,
     np.equal: equal, np.not_equal: not_equal, np.logical_and: logical_and,
     np.logical_or: logical_or, np.logical_not: logical_not, np.matmul: matmul,
-    np.bitwise_and: logical_and, np.bitwise_or: logical_or, np.invert: logical_not,
+    np.bitwise_and: bitwise_and, np.bitwise_or: bitwise_or, np.invert: invert,
 }
 
 FUNCTIONS = {
@@ -555,5 +582,7 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
 
 def apply_function(func, args, kwargs):
     if func not in FUNCTIONS:
-        raise UnsupportedError(f"np.{func.__name__} is not supported by morphjit", user_location())
+        module = getattr(func, "__module__", None) or "numpy"  # np.fft.fft, np.linalg.norm
+        prefix = "np" + module[len("numpy"):] if module.startswith("numpy") else module
+        raise UnsupportedError(f"{prefix}.{func.__name__} is not supported by morphjit", user_location())
     return FUNCTIONS[func](*args, **kwargs)

@@ -345,7 +345,10 @@ def _matmul_rule(types):
     require_float("matmul", a)
     if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2]:
         raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} are not aligned")
-    batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    try:
+        batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"matmul: the batch dimensions of shapes {a.shape} and {b.shape} do not broadcast") from None
     return TensorType(batch + (a.shape[-2], b.shape[-1]), dtype)
 
 

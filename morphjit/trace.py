@@ -6,7 +6,7 @@ import inspect
 import numpy as np
 
 from . import pytree
-from .errors import DtypeError, MorphjitError, TracingError, user_location
+from .errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
 from .ir import DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
 from .ops import ELEMENTWISE, OPS
 
@@ -17,7 +17,7 @@ class Trace:
     def __init__(self):
         self.bindings: list[Binding] = []
         self.consts: list[tuple[Var, np.ndarray]] = []
-        self._const_vars: dict[int, Var] = {}
+        self._const_vars: dict[int, tuple[np.ndarray, Var]] = {}
         self.closed = False
         self.loc = None  # when set, the source location given to new bindings
 
@@ -58,8 +58,9 @@ class Trace:
         if key not in self._const_vars:
             var = Var(TensorType(array.shape, array.dtype))
             self.consts.append((var, np.array(array, copy=True)))
-            self._const_vars[key] = var
-        return self._const_vars[key]
+            # Keep `array` alive: a temporary's id may otherwise be reused by a later array.
+            self._const_vars[key] = (array, var)
+        return self._const_vars[key][1]
 
     @staticmethod
     def _fold(op_name: str, inputs: list[Lit], params: dict) -> Lit:
@@ -152,12 +153,16 @@ class Tracer:
     __ge__ = lambda self, other: A.greater_equal(self, other)
     __eq__ = lambda self, other: A.equal(self, other)
     __ne__ = lambda self, other: A.not_equal(self, other)
-    __and__ = lambda self, other: A.logical_and(self, other)
-    __rand__ = lambda self, other: A.logical_and(other, self)
-    __or__ = lambda self, other: A.logical_or(self, other)
-    __ror__ = lambda self, other: A.logical_or(other, self)
-    __invert__ = lambda self: A.logical_not(self)
+    __and__ = lambda self, other: A.bitwise_and(self, other)
+    __rand__ = lambda self, other: A.bitwise_and(other, self)
+    __or__ = lambda self, other: A.bitwise_or(self, other)
+    __ror__ = lambda self, other: A.bitwise_or(other, self)
+    __invert__ = lambda self: A.invert(self)
     __getitem__ = lambda self, key: A.getitem(self, key)
+
+    def __setitem__(self, key, value):
+        raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported: "
+                               "build the value with mj.where or mj.concatenate instead", user_location())
 
     def reshape(self, *shape, order="C"):
         return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
@@ -240,10 +245,10 @@ def input_tracer(t: Trace, leaf, path: str) -> Tracer:
     if isinstance(leaf, (np.ndarray, np.generic)):
         if leaf.dtype not in SUPPORTED_DTYPES:
             raise DtypeError(f"argument {path} has dtype {leaf.dtype}; morphjit traces "
-                             f"float32, float64, int32, int64 and bool arrays")
+                             f"float32, float64, int32, int64 and bool arrays", user_location())
         return Tracer(t, Var(TensorType(np.shape(leaf), leaf.dtype)))
     raise TracingError(f"argument {path} is a {type(leaf).__name__}, which cannot be traced: pass NumPy "
-                       f"arrays, Python scalars, or dicts, lists and tuples of them")
+                       f"arrays, Python scalars, or dicts, lists and tuples of them", user_location())
 
 
 def output_var(t: Trace, x) -> Var:

@@ -1,0 +1,589 @@
+"""Every op of the op table against NumPy / SciPy, on random shapes, float32 and float64.
+
+``CASES`` is keyed by op: a test fails when an op of ``morphjit.ops.OPS`` has no case, or when
+an exported ``mj.*`` array function is not called by any case, so adding an op or a function
+forces adding its test. Each case is run three ways: traced (``mj.trace`` + ``verify`` + text
+round trip + ``mj.run``), eagerly on NumPy arrays, and compared with the NumPy formula.
+"""
+from __future__ import annotations
+
+import inspect
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+import scipy.special as sp
+
+import morphjit as mj
+from morphjit import array_api
+from morphjit.ops import OPS
+
+from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
+
+F32, F64 = np.float32, np.float64
+DTYPES = [F32, F64]
+SEEDS = [0, 1, 2]
+
+# Edge values sprinkled into random arrays: zeros of both signs, negatives, large magnitudes.
+SPECIALS = {
+    "any": [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1e3, -1e3],
+    "pos": [1e-3, 0.5, 1.0, 2.0, 1e3],
+    "big": [-1e4, -1e3, 1e3, 1e4, 0.0],
+    "nonfinite": [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0],
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Random shapes and values
+
+def rand_shape(rng, min_ndim=0, max_ndim=3, max_dim=4):
+    ndim = int(rng.integers(min_ndim, max_ndim + 1))
+    return tuple(int(d) for d in rng.integers(1, max_dim + 1, size=ndim))
+
+
+def broadcast_family(rng, n, min_ndim=0, max_ndim=3):
+    """``n`` shapes that broadcast together: suffixes of one shape, some dimensions set to 1."""
+    full = rand_shape(rng, min_ndim, max_ndim)
+    shapes = []
+    for _ in range(n):
+        k = int(rng.integers(0, len(full) + 1))
+        shapes.append(tuple(1 if rng.random() < 0.35 else d for d in full[len(full) - k:]))
+    return shapes
+
+
+def values(rng, shape, dtype, domain="any"):
+    x = rng.standard_normal(shape) * rng.choice([1.0, 3.0, 30.0])
+    if domain == "pos":
+        x = np.abs(x) + 0.05
+    x = np.where(rng.random(shape) < 0.25, rng.choice(SPECIALS[domain], size=shape), x)
+    return np.asarray(x, dtype)
+
+
+def ints(rng, shape, dtype, lo=-3, hi=4):
+    int_dtype = np.int32 if dtype == F32 else np.int64
+    return np.asarray(rng.integers(lo, hi, size=shape), int_dtype)
+
+
+def bools(rng, shape):
+    return np.asarray(rng.random(shape) < 0.5)
+
+
+def rand_axis(rng, ndim, allow_none=True, allow_tuple=True):
+    """A NumPy ``axis`` argument: None, an int (maybe negative) or a tuple of distinct axes."""
+    choices = (["none"] if allow_none or ndim == 0 else []) + (["int"] if ndim else []) + \
+        (["tuple"] if allow_tuple else [])
+    kind = rng.choice(choices)
+    if kind == "none":
+        return None
+    if kind == "int":
+        return int(rng.integers(-ndim, ndim))
+    axes = rng.permutation(ndim)[:rng.integers(0, ndim + 1)]
+    return tuple(int(a) - ndim if rng.random() < 0.5 else int(a) for a in axes)
+
+
+def rand_index(rng, shape):
+    """A basic index: ints (maybe negative), slices with steps (maybe negative), None, ..."""
+    key = []
+    for d in shape:
+        r = rng.random()
+        if r < 0.25:
+            key.append(int(rng.integers(-d, d)))
+        else:
+            start = rng.choice([None, int(rng.integers(-d, d))])
+            stop = rng.choice([None, int(rng.integers(-d - 1, d + 1))])
+            key.append(slice(start, stop, rng.choice([None, 1, 2, -1, -2, 3])))
+        if rng.random() < 0.15:
+            key.append(None)
+    if key and rng.random() < 0.3:
+        i = int(rng.integers(0, len(key)))
+        key = key[:i] + [Ellipsis] + [k for k in key[i:] if k is None]
+    return tuple(key)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+@dataclass(frozen=True)
+class Case:
+    op: str                  # the op-table primitive this case exercises
+    name: str
+    fn: Callable             # written with mj.* (runs traced and eagerly)
+    ref: Callable            # the NumPy / SciPy formula
+    make: Callable           # (rng, dtype) -> (arguments, static keyword arguments)
+    tol: float = 1.0         # multiplies the default tolerance of the dtype
+    finite: bool = False     # finite inputs must give finite outputs (numerical stability)
+
+    @property
+    def id(self) -> str:
+        return f"{self.op}-{self.name}"
+
+
+def unary(domain="any"):
+    return lambda rng, dt: ((values(rng, rand_shape(rng), dt, domain),), {})
+
+
+def nary(*domains):
+    def make(rng, dt):
+        shapes = broadcast_family(rng, len(domains))
+        return tuple(values(rng, s, dt, d) for s, d in zip(shapes, domains)), {}
+    return make
+
+
+def other_float(dt):
+    return F64 if dt == F32 else F32
+
+
+def reduce_make(domain="any"):
+    def make(rng, dt):
+        x = values(rng, rand_shape(rng), dt, domain)
+        return (x,), dict(axis=rand_axis(rng, x.ndim), keepdims=bool(rng.random() < 0.5))
+    return make
+
+
+def matmul_make(rng, dt):
+    m, k, n = (int(v) for v in rng.integers(1, 5, size=3))
+    kind = rng.choice(["2d", "batched", "vec-left", "vec-right", "vec-vec"])
+    if kind == "batched":
+        a_shape, b_shape = (int(rng.integers(1, 3)), 1, m, k), (int(rng.integers(1, 4)), k, n)
+    else:
+        a_shape = (k,) if kind in ("vec-left", "vec-vec") else (m, k)
+        b_shape = (k,) if kind in ("vec-right", "vec-vec") else (k, n)
+    return (values(rng, a_shape, dt), values(rng, b_shape, dt)), {}
+
+
+def concat_make(second_dtype=None, stack=False):
+    def make(rng, dt):
+        shape = rand_shape(rng, 0 if stack else 1, 3)
+        ndim = len(shape) + (1 if stack else 0)
+        axis = int(rng.integers(-ndim, ndim))
+        arrays = []
+        for i in range(int(rng.integers(1, 4)) if stack else int(rng.integers(2, 4))):
+            s = list(shape)
+            if not stack:
+                s[axis] = int(rng.integers(1, 4))
+            arrays.append(values(rng, tuple(s), (second_dtype or dt) if i == 1 else dt))
+        return tuple(arrays), dict(axis=axis)
+    return make
+
+
+def reshape_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3), dt)
+    shape, size = x.shape, x.size
+    new = [(size,), (-1,), tuple(reversed(shape)), (1,) + shape + (1,), shape[:-1] + (-1,),
+           (-1,) + shape[1:]][int(rng.integers(0, 6))]
+    return (x,), dict(newshape=new)
+
+
+def transpose_make(rng, dt):
+    x = values(rng, rand_shape(rng, 0, 4), dt)
+    perm = None if rng.random() < 0.3 else tuple(int(p) for p in rng.permutation(x.ndim))
+    return (x,), dict(axes=perm)
+
+
+def swapaxes_make(rng, dt):
+    x = values(rng, rand_shape(rng, 2, 3), dt)
+    a, b = (int(v) - x.ndim * int(rng.integers(0, 2)) for v in rng.permutation(x.ndim)[:2])
+    return (x,), dict(axis1=a, axis2=b)
+
+
+def broadcast_to_make(rng, dt):
+    shape = tuple(1 if rng.random() < 0.5 else d for d in rand_shape(rng))
+    target = rand_shape(rng, 0, 2) + tuple(int(rng.integers(1, 4)) if d == 1 else d for d in shape)
+    return (values(rng, shape, dt),), dict(shape=target)
+
+
+def expand_dims_make(rng, dt):
+    x = values(rng, rand_shape(rng), dt)
+    n_new = int(rng.integers(1, 3))
+    out_ndim = x.ndim + n_new
+    axes = tuple(int(a) - out_ndim if rng.random() < 0.5 else int(a)
+                 for a in rng.permutation(out_ndim)[:n_new])
+    return (x,), dict(axis=axes[0] if len(axes) == 1 else axes)
+
+
+def squeeze_make(rng, dt):
+    shape = tuple(1 if rng.random() < 0.5 else d for d in rand_shape(rng, 1, 4))
+    ones = [i for i, d in enumerate(shape) if d == 1]
+    axis = None if rng.random() < 0.4 or not ones else tuple(
+        i - len(shape) if rng.random() < 0.5 else i for i in ones[:int(rng.integers(1, len(ones) + 1))])
+    return (values(rng, shape, dt),), dict(axis=axis)
+
+
+def index_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3, max_dim=6), dt)
+    return (x,), dict(key=rand_index(rng, x.shape))
+
+
+def unslice_make(rng, dt):
+    shape = rand_shape(rng, 1, 3, max_dim=6)
+    key = tuple(slice(*s) for s in (
+        (rng.choice([None, int(rng.integers(-d, d))]), rng.choice([None, int(rng.integers(-d, d + 1))]),
+         rng.choice([1, 2, -1, -3])) for d in shape))
+    idx = [k.indices(d) for k, d in zip(key, shape)]
+    starts, stops, steps = (tuple(t[i] for t in idx) for i in range(3))
+    g = values(rng, np.zeros(shape)[key].shape, dt)
+    return (g,), dict(shape=shape, starts=starts, stops=stops, steps=steps)
+
+
+def unslice_key(shape, starts, stops, steps):
+    return tuple(slice(a, None if b < 0 else b, s) for a, b, s in zip(starts, stops, steps))
+
+
+def one_hot_make(rng, dt):
+    depth = int(rng.integers(1, 6))
+    return (ints(rng, rand_shape(rng, 0, 2), dt, 0, depth),), dict(depth=depth, dtype=dt)
+
+
+def row_make(domain="any", masked=False, tuple_axis=True):
+    def make(rng, dt):
+        x = values(rng, rand_shape(rng, 1, 3), dt, domain)
+        if domain == "big":
+            x = (x + rng.choice([-1e3, 1e3, 3e4])).astype(dt)
+        if masked:
+            x = np.where(rng.random(x.shape) < 0.3, -np.inf, x).astype(dt)
+        axis = rand_axis(rng, x.ndim, allow_none=False, allow_tuple=tuple_axis)
+        return (x,), dict(axis=axis)
+    return make
+
+
+def sce_make(domain="any"):
+    def make(rng, dt):
+        shape = rand_shape(rng, 1, 3)
+        logits = values(rng, shape, dt, domain)
+        if domain == "big":
+            logits = (logits + rng.choice([-1e3, 1e3, 3e4])).astype(dt)
+        return (logits, ints(rng, shape[:-1], dt, 0, shape[-1])), {}
+    return make
+
+
+def soft_sce_make(rng, dt):
+    logits = values(rng, rand_shape(rng, 1, 3), dt)
+    return (logits, sp.softmax(values(rng, logits.shape, dt), axis=-1).astype(dt)), {}
+
+
+def sce_ref(logits, labels):
+    log_p = sp.log_softmax(logits, axis=-1)
+    if labels.dtype.kind == "f":
+        return -np.sum(labels * log_p, axis=-1)
+    return -np.take_along_axis(log_p, labels[..., None].astype(np.intp), axis=-1)[..., 0]
+
+
+def ties(first=lambda dt: dt, second=lambda dt: dt):
+    """Operands drawn from a few integers, so comparisons see many ties."""
+    def make(rng, dt):
+        s1, s2 = broadcast_family(rng, 2)
+        return (ints(rng, s1, dt, -2, 3).astype(first(dt)), ints(rng, s2, dt, -2, 3).astype(second(dt))), {}
+    return make
+
+
+def mixed_make(rng, dt):
+    s1, s2 = broadcast_family(rng, 2)
+    return (values(rng, s1, dt), values(rng, s2, other_float(dt))), {}
+
+
+def clip_make(rng, dt):
+    s1, s2, s3 = broadcast_family(rng, 3)
+    lo, hi = -np.abs(values(rng, s2, dt)), np.abs(values(rng, s3, dt))
+    return (values(rng, s1, dt), lo, hi), {}
+
+
+def where_make(rng, dt):
+    s1, s2, s3 = broadcast_family(rng, 3)
+    return (bools(rng, s1), values(rng, s2, dt), values(rng, s3, dt)), {}
+
+
+def pow_int_exponent_make(rng, dt):
+    s1, s2 = broadcast_family(rng, 2)
+    return (values(rng, s1, dt), ints(rng, s2, dt).astype(dt)), {}
+
+
+def with_bool(rng, dt):
+    return (bools(rng, rand_shape(rng)),), {}
+
+
+def int_make(rng, dt):
+    return (ints(rng, rand_shape(rng, 1, 3), dt, -50, 50),), {}
+
+
+UNARY = [
+    ("neg", mj.negative, np.negative), ("exp", mj.exp, np.exp), ("log", mj.log, np.log),
+    ("log1p", mj.log1p, np.log1p), ("sqrt", mj.sqrt, np.sqrt), ("abs", mj.abs, np.abs),
+    ("sign", mj.sign, np.sign), ("sin", mj.sin, np.sin), ("cos", mj.cos, np.cos),
+    ("tanh", mj.tanh, np.tanh), ("sigmoid", mj.sigmoid, sp.expit),
+    ("relu", mj.relu, lambda x: np.maximum(x, 0)), ("square", mj.square, np.square),
+]
+BINARY = [
+    ("add", mj.add, np.add), ("sub", mj.subtract, np.subtract), ("mul", mj.multiply, np.multiply),
+    ("div", mj.divide, np.divide), ("maximum", mj.maximum, np.maximum),
+    ("minimum", mj.minimum, np.minimum),
+]
+PREDICATES = [
+    ("lt", mj.less, np.less), ("le", mj.less_equal, np.less_equal), ("gt", mj.greater, np.greater),
+    ("ge", mj.greater_equal, np.greater_equal), ("eq", mj.equal, np.equal),
+    ("ne", mj.not_equal, np.not_equal),
+]
+LOGICAL = [("and", mj.logical_and, np.logical_and), ("or", mj.logical_or, np.logical_or)]
+
+
+def _cases():
+    c = []
+    for op, f, ref in UNARY:
+        c.append(Case(op, "any", f, ref, unary("any")))
+        c.append(Case(op, "nonfinite", f, ref, unary("nonfinite")))
+    for op, f, ref in UNARY[2:5]:  # log, log1p, sqrt on their domain
+        c.append(Case(op, "positive", f, ref, unary("pos")))
+    c += [
+        Case("exp", "int-input", mj.exp, np.exp, int_make),
+        Case("cast", "other-float", lambda x: mj.astype(x, other_float(x.dtype)),
+             lambda x: x.astype(other_float(x.dtype)), unary()),
+        Case("cast", "to-int32", lambda x: mj.astype(x, np.int32), lambda x: x.astype(np.int32), unary()),
+        Case("cast", "to-bool", lambda x: mj.astype(x, np.bool_), lambda x: x.astype(np.bool_), unary()),
+        Case("cast", "int-to-float32", lambda i: mj.astype(i, F32), lambda i: i.astype(F32), int_make),
+        Case("cast", "bool-to-float64", lambda b: mj.astype(b, F64), lambda b: b.astype(F64), with_bool),
+    ]
+    for op, f, ref in BINARY:
+        c.append(Case(op, "broadcast", f, ref, nary("any", "any")))
+        c.append(Case(op, "nonfinite", f, ref, nary("nonfinite", "any")))
+        c.append(Case(op, "mixed-f32-f64", f, ref, mixed_make))
+        c.append(Case(op, "python-scalar", lambda x, f=f: f(x, 2.5), lambda x, ref=ref: ref(x, 2.5), unary()))
+        c.append(Case(op, "scalar-left", lambda x, f=f: f(-3, x), lambda x, ref=ref: ref(-3, x), unary()))
+    c += [
+        Case("pow", "positive-base", mj.power, np.power, nary("pos", "any")),
+        Case("pow", "integer-exponents", mj.power, np.power, pow_int_exponent_make),
+        Case("pow", "python-exponent", lambda x: mj.power(x, 3), lambda x: np.power(x, 3), unary()),
+        Case("div", "int-operands", mj.divide, np.divide, ties(lambda dt: np.int64, lambda dt: np.int32)),
+        Case("where", "broadcast", mj.where, np.where, where_make),
+        Case("where", "python-scalar", lambda c, a, b: mj.where(c, a, 0.0),
+             lambda c, a, b: np.where(c, a, 0.0), where_make),
+        Case("where", "float-condition", lambda c, a, b: mj.where(a, b, 1),
+             lambda c, a, b: np.where(a, b, 1), where_make),
+        Case("clip", "array-bounds", mj.clip, np.clip, clip_make),
+        Case("clip", "scalar-bounds", lambda x: mj.clip(x, -0.5, 2.0), lambda x: np.clip(x, -0.5, 2.0), unary()),
+        Case("maximum", "clip-lower-only", lambda x: mj.clip(x, -1, None),
+             lambda x: np.clip(x, -1, None), unary()),
+    ]
+    for op, f, ref in PREDICATES:
+        c.append(Case(op, "broadcast", f, ref, nary("any", "any")))
+        c.append(Case(op, "ties", f, ref, ties()))
+        c.append(Case(op, "int-vs-float", f, ref, ties(lambda dt: np.int32)))
+        c.append(Case(op, "int-vs-int", f, ref, ties(lambda dt: np.int32, lambda dt: np.int64)))
+        c.append(Case(op, "python-scalar", lambda x, f=f: f(x, 0.5), lambda x, ref=ref: ref(x, 0.5), unary()))
+    for op, f, ref in LOGICAL:
+        c.append(Case(op, "bool", lambda a, b, f=f: f(a > 0, b > 0), lambda a, b, ref=ref: ref(a > 0, b > 0),
+                      nary("any", "any")))
+        c.append(Case(op, "float-truth", f, ref, nary("any", "any")))
+    c += [
+        Case("not", "bool", lambda a: mj.logical_not(a > 0), lambda a: np.logical_not(a > 0), unary()),
+        Case("not", "float-truth", mj.logical_not, np.logical_not, unary()),
+        # Reductions
+        Case("sum", "axis-keepdims", lambda x, axis, keepdims: mj.sum(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims), reduce_make()),
+        Case("sum", "bool-counts", mj.sum, np.sum, with_bool),
+        Case("sum", "int", lambda x: mj.sum(x, axis=0), lambda x: np.sum(x, axis=0), int_make),
+        Case("sum", "mean", lambda x, axis, keepdims: mj.mean(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.mean(x, axis=axis, keepdims=keepdims), reduce_make()),
+        Case("sum", "mean-int", mj.mean, np.mean, int_make),
+        Case("sum", "var", lambda x, axis, keepdims: mj.var(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.var(x, axis=axis, keepdims=keepdims), reduce_make(), tol=10),
+        Case("sum", "std-ddof1", lambda x: mj.std(x, axis=-1, ddof=1), lambda x: np.std(x, axis=-1, ddof=1),
+             lambda rng, dt: ((values(rng, rand_shape(rng, 1, 3, max_dim=4) + (3,), dt),), {}), tol=10),
+        Case("max", "axis-keepdims", lambda x, axis, keepdims: mj.max(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims), reduce_make()),
+        Case("max", "int", lambda x: mj.max(x, axis=-1), lambda x: np.max(x, axis=-1),
+             lambda rng, dt: ((ints(rng, rand_shape(rng, 1, 3), dt),), {})),
+        Case("max", "nonfinite", lambda x, axis, keepdims: mj.max(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.max(x, axis=axis, keepdims=keepdims), reduce_make("nonfinite")),
+        Case("sum", "nonfinite", lambda x, axis, keepdims: mj.sum(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.sum(x, axis=axis, keepdims=keepdims), reduce_make("nonfinite")),
+        Case("min", "axis-keepdims", lambda x, axis, keepdims: mj.min(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.min(x, axis=axis, keepdims=keepdims), reduce_make()),
+        # Views
+        Case("reshape", "reshape", lambda x, newshape: mj.reshape(x, newshape),
+             lambda x, newshape: np.reshape(x, newshape), reshape_make),
+        Case("reshape", "ravel", mj.ravel, np.ravel, unary()),
+        Case("reshape", "expand_dims", lambda x, axis: mj.expand_dims(x, axis),
+             lambda x, axis: np.expand_dims(x, axis), expand_dims_make),
+        Case("reshape", "squeeze", lambda x, axis: mj.squeeze(x, axis),
+             lambda x, axis: np.squeeze(x, axis), squeeze_make),
+        Case("transpose", "transpose", lambda x, axes: mj.transpose(x, axes),
+             lambda x, axes: np.transpose(x, axes), transpose_make),
+        Case("transpose", "swapaxes", lambda x, axis1, axis2: mj.swapaxes(x, axis1, axis2),
+             lambda x, axis1, axis2: np.swapaxes(x, axis1, axis2), swapaxes_make),
+        Case("broadcast_to", "broadcast_to", lambda x, shape: mj.broadcast_to(x, shape),
+             lambda x, shape: np.broadcast_to(x, shape), broadcast_to_make),
+        Case("slice", "basic-index", lambda x, key: array_api.getitem(x, key), lambda x, key: x[key],
+             index_make),
+        Case("unslice", "unslice", array_api.unslice,
+             lambda g, shape, starts, stops, steps: _place(g, shape, unslice_key(shape, starts, stops, steps)),
+             unslice_make),
+        # Structural
+        Case("concatenate", "concatenate", lambda *xs, axis: mj.concatenate(xs, axis=axis),
+             lambda *xs, axis: np.concatenate(xs, axis=axis), concat_make()),
+        Case("concatenate", "mixed-dtypes", lambda *xs, axis: mj.concatenate(xs, axis=axis),
+             lambda *xs, axis: np.concatenate(xs, axis=axis), concat_make(second_dtype=F64)),
+        Case("concatenate", "stack", lambda *xs, axis: mj.stack(xs, axis=axis),
+             lambda *xs, axis: np.stack(xs, axis=axis), concat_make(stack=True)),
+        # Matmul
+        Case("matmul", "matmul", mj.matmul, np.matmul, matmul_make),
+        Case("matmul", "dot", mj.dot, np.dot,
+             lambda rng, dt: matmul_make(rng, dt) if rng.random() < 0.7 else
+             ((values(rng, (), dt), values(rng, rand_shape(rng), dt)), {})),
+        # Sources
+        Case("fill", "zeros_like", mj.zeros_like, np.zeros_like, unary()),
+        Case("fill", "ones_like", mj.ones_like, np.ones_like, unary()),
+        Case("fill", "full_like", lambda x: mj.full_like(x, 2.5), lambda x: np.full_like(x, 2.5), unary()),
+        Case("add", "full-constant", lambda x: mj.add(x, mj.full(x.shape, 2.0, x.dtype)),
+             lambda x: x + np.full(x.shape, 2.0, x.dtype), unary()),
+        Case("fill", "full_like-int", lambda x: mj.full_like(x, 7), lambda x: np.full_like(x, 7), int_make),
+        Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
+             lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
+        # Stable composites
+        Case("logsumexp", "any", lambda x, axis: mj.logsumexp(x, axis=axis),
+             lambda x, axis: sp.logsumexp(x, axis=axis), row_make(), finite=True),
+        Case("logsumexp", "large-magnitudes", lambda x, axis: mj.logsumexp(x, axis=axis, keepdims=True),
+             lambda x, axis: sp.logsumexp(x, axis=axis, keepdims=True), row_make("big"), finite=True),
+        Case("logsumexp", "masked", lambda x, axis: mj.logsumexp(x, axis=axis),
+             lambda x, axis: sp.logsumexp(x, axis=axis), row_make(masked=True)),
+        Case("logsumexp", "all-axes", mj.logsumexp, sp.logsumexp, unary("big"), finite=True),
+        Case("softmax", "any", lambda x, axis: mj.softmax(x, axis=axis),
+             lambda x, axis: sp.softmax(x, axis=axis), row_make(), finite=True),
+        Case("softmax", "large-magnitudes", lambda x, axis: mj.softmax(x, axis=axis),
+             lambda x, axis: sp.softmax(x, axis=axis), row_make("big"), finite=True),
+        Case("softmax", "masked", lambda x, axis: mj.softmax(x, axis=axis),
+             lambda x, axis: sp.softmax(x, axis=axis), row_make(masked=True)),
+        Case("log_softmax", "any", lambda x, axis: mj.log_softmax(x, axis=axis),
+             lambda x, axis: sp.log_softmax(x, axis=axis), row_make(), finite=True),
+        Case("log_softmax", "large-magnitudes", lambda x, axis: mj.log_softmax(x, axis=axis),
+             lambda x, axis: sp.log_softmax(x, axis=axis), row_make("big"), finite=True),
+        Case("softmax_cross_entropy", "labels", mj.softmax_cross_entropy, sce_ref, sce_make(), finite=True),
+        Case("softmax_cross_entropy", "large-magnitudes", mj.softmax_cross_entropy, sce_ref,
+             sce_make("big"), finite=True),
+        Case("log_softmax", "soft-targets", mj.softmax_cross_entropy, sce_ref, soft_sce_make, finite=True),
+    ]
+    return c
+
+
+def _place(g, shape, key):
+    out = np.zeros(shape, g.dtype)
+    out[key] = g
+    return out
+
+
+CASES = _cases()
+
+
+def _args(case: Case, dtype, seed):
+    rng = np.random.default_rng([zlib.crc32(case.id.encode()), seed, np.dtype(dtype).itemsize])
+    return case.make(rng, dtype)
+
+
+def _check(case: Case, actual, args, kw):
+    with np.errstate(all="ignore"):
+        expected = case.ref(*args, **kw)
+    scale = magnitude(*args)
+    rtol = None if np.asarray(expected).dtype.kind != "f" else \
+        case.tol * (1e-5 if np.asarray(expected).dtype == F32 else 1e-12)
+    assert_like_numpy(actual, expected, rtol=rtol, scale=scale)
+    if case.finite and all(np.all(np.isfinite(a)) for a in args if np.asarray(a).dtype.kind == "f"):
+        assert np.all(np.isfinite(actual)), "finite inputs gave a non-finite result"
+
+
+params = pytest.mark.parametrize
+case_params = params("case", CASES, ids=[c.id for c in CASES])
+
+
+@case_params
+@params("dtype", DTYPES, ids=["f32", "f64"])
+@params("seed", SEEDS)
+def test_traced_matches_numpy(case, dtype, seed):
+    args, kw = _args(case, dtype, seed)
+    _, (out,) = trace_run(lambda *a: case.fn(*a, **kw), *args)
+    _check(case, out, args, kw)
+
+
+@case_params
+@params("dtype", DTYPES, ids=["f32", "f64"])
+def test_eager_matches_numpy(case, dtype):
+    for seed in SEEDS:
+        args, kw = _args(case, dtype, seed)
+        with np.errstate(all="ignore"):
+            out = case.fn(*args, **kw)
+        assert isinstance(out, np.ndarray), f"eager {case.id} gave a {type(out).__name__}"
+        _check(case, out, args, kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table covers the op table and the public functions
+
+def test_every_op_has_a_case():
+    missing = sorted(set(OPS) - {c.op for c in CASES})
+    assert not missing, f"ops without a test case in tests/test_ops.py: {missing}"
+
+
+def test_every_case_exercises_its_op():
+    for case in CASES:
+        seen = set()
+        for dtype in DTYPES:
+            for seed in SEEDS:
+                args, kw = _args(case, dtype, seed)
+                seen |= ops_of(trace_checked(lambda *a: case.fn(*a, **kw), *args))
+        assert case.op in seen, f"case {case.id} never binds {case.op} (it binds {sorted(seen)})"
+
+
+def _array_functions():
+    """The array functions exported as ``mj.*``."""
+    return sorted(n for n in dir(mj) if not n.startswith("_") and inspect.isfunction(getattr(mj, n))
+                  and getattr(mj, n) is getattr(array_api, n, None))
+
+
+def _referenced(fn, names) -> set:
+    """The mj functions a case function is, binds as a default, or calls as ``mj.<name>``."""
+    refs = {n for n in names for obj in (fn, *(fn.__defaults__ or ())) if getattr(mj, n) is obj}
+    if "mj" in fn.__code__.co_names:
+        refs |= set(fn.__code__.co_names) & set(names)
+    return refs
+
+
+def test_every_mj_array_function_has_a_case():
+    names = _array_functions()
+    assert {"exp", "sum", "matmul", "softmax_cross_entropy"} <= set(names)
+    referenced = set().union(*(_referenced(c.fn, names) for c in CASES))
+    missing = sorted(set(names) - referenced)
+    assert not missing, f"mj functions that no case in tests/test_ops.py calls: {missing}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Composites that declare a lowering (the same function in simpler ops) agree with their impl
+
+LOWER_CASES = {
+    "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
+    "softmax_cross_entropy": sce_make("big"),
+}
+
+
+def _lowered_ops():
+    return sorted(name for name, op in OPS.items() if getattr(op, "lower", None) is not None)
+
+
+def test_every_lowering_has_a_case():
+    missing = sorted(set(_lowered_ops()) - set(LOWER_CASES))
+    assert not missing, f"ops with a lowering but no case in LOWER_CASES: {missing}"
+
+
+@params("op_name", sorted(LOWER_CASES))
+@params("dtype", DTYPES, ids=["f32", "f64"])
+def test_lowering_matches_impl(op_name, dtype):
+    op = OPS[op_name]
+    if getattr(op, "lower", None) is None:
+        pytest.skip(f"{op_name} has no lowering")
+    for seed in SEEDS:
+        rng = np.random.default_rng([zlib.crc32(op_name.encode()), seed])
+        args, kw = LOWER_CASES[op_name](rng, dtype)
+        params_ = {"axes": array_api.normalize_axes(op_name, kw["axis"], args[0].ndim)} if "axis" in kw else {}
+        program, (out,) = trace_run(lambda *a: op.lower(*a, **params_), *args)
+        assert op_name not in ops_of(program), f"the lowering of {op_name} binds {op_name} itself"
+        with np.errstate(all="ignore"):
+            expected = op.impl(*args, **params_)
+        assert_like_numpy(out, expected, scale=magnitude(*args))

@@ -1,0 +1,173 @@
+"""The scalar templates of element-wise ops against their NumPy reference ``impl``.
+
+Codegen inlines ``op.scalar(K, *operands)`` in loops, so this is the templates' oracle: rendered
+on NumPy scalars and evaluated in Python (with ``np`` and ``math`` in scope), each template must
+give NumPy's value (NaN where NumPy gives NaN) in the dtype the op's shape rule declares, on
+zeros of both signs, negatives, NaN, infinities, huge and tiny values and many random values,
+in float32 and float64 (and the integer and boolean dtypes where the op accepts them).
+"""
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from morphjit.ir import TensorType, dtype_name
+from morphjit.ops import ELEMENTWISE, OPS
+
+F32, F64, I32, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_))
+FLOATS, INTS = (F32, F64), (I32, I64)
+
+# Signatures (operand dtypes, params) each template is checked on.
+UNARY_FLOAT = ["neg", "exp", "log", "log1p", "sqrt", "abs", "sign", "sin", "cos", "tanh", "sigmoid",
+               "relu", "square"]
+BINARY_FLOAT = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
+COMPARISONS = ["lt", "le", "gt", "ge", "eq", "ne"]
+ALL_DTYPES = FLOATS + INTS + (BOOL,)
+
+SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
+    **{op: [((dt,), {}) for dt in FLOATS] for op in UNARY_FLOAT},
+    **{op: [((dt, dt), {}) for dt in FLOATS] for op in BINARY_FLOAT},
+    **{op: [((dt, dt), {}) for dt in FLOATS + INTS] for op in COMPARISONS},
+    "eq": [((dt, dt), {}) for dt in ALL_DTYPES],
+    "ne": [((dt, dt), {}) for dt in ALL_DTYPES],
+    "and": [((BOOL, BOOL), {})],
+    "or": [((BOOL, BOOL), {})],
+    "not": [((BOOL,), {})],
+    "where": [((BOOL, dt, dt), {}) for dt in FLOATS + INTS],
+    "clip": [((dt, dt, dt), {}) for dt in FLOATS],
+    "cast": [((src,), {"dtype": dtype_name(dst)}) for src in ALL_DTYPES for dst in ALL_DTYPES if src != dst],
+}
+
+# A template may round differently from a reference that uses another formula (scipy's expit):
+# allowed distance in units in the last place. Every other op must match exactly.
+ULPS = {"sigmoid": 2}
+
+
+def special_values(dtype: np.dtype) -> list:
+    if dtype == BOOL:
+        return [False, True]
+    if dtype.kind == "i":
+        info = np.iinfo(dtype)
+        return [0, 1, -1, 2, -7, 100, info.max, info.min, info.max - 1]
+    info = np.finfo(dtype)
+    return [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 3.0, -3.0, 100.0, -100.0, 1e30, -1e30, 1e-30, -1e-30,
+            float(info.max), float(info.tiny), float(info.smallest_subnormal), np.nan, np.inf, -np.inf]
+
+
+def random_values(rng, dtype: np.dtype, n: int):
+    if dtype == BOOL:
+        return rng.random(n) < 0.5
+    if dtype.kind == "i":
+        return rng.integers(-1000, 1000, size=n).astype(dtype)
+    return (rng.standard_normal(n) * 10.0 ** rng.uniform(-4, 4, size=n)).astype(dtype)
+
+
+def operand_tuples(rng, dtypes, params, n_random=150):
+    """All combinations of special values, then random tuples (specials mixed with random values)."""
+    pools = [np.array(special_values(dt), dtype=dt) for dt in dtypes]
+    combos = [tuple(c) for c in itertools.product(*pools)]
+    mixed = [np.concatenate([p, random_values(rng, dt, 3 * len(p))]) for p, dt in zip(pools, dtypes)]
+    combos += [tuple(m[rng.integers(0, len(m))] for m in mixed) for _ in range(n_random)]
+    return [c for c in combos if _defined(c, dtypes, params)]
+
+
+def _defined(combo, dtypes, params) -> bool:
+    """Float-to-integer casts of NaN, infinities or out-of-range values are undefined in C and NumPy."""
+    if "dtype" not in params or dtypes[0].kind != "f":
+        return True
+    target = np.dtype(OPS["cast"].infer([TensorType((), dtypes[0])], **params).dtype)
+    if target.kind != "i":
+        return True
+    info = np.iinfo(target)
+    return bool(np.isfinite(combo[0]) and info.min < float(combo[0]) < info.max)
+
+
+def references(op, combos, dtypes, params):
+    """NumPy's results, one 0-d call per combination and one vectorised call over all of them.
+
+    NumPy's own scalar and SIMD loops can disagree (e.g. power(-inf, 0.5)); either is accepted.
+    """
+    columns = [np.array([c[i] for c in combos], dtype=dt) for i, dt in enumerate(dtypes)]
+    vectorised = np.asarray(op.impl(*columns, **params))
+    scalar = [np.asarray(op.impl(*(np.asarray(v, dt) for v, dt in zip(c, dtypes)), **params))[()]
+              for c in combos]
+    return scalar, vectorised
+
+
+def same_value(got, want, ulps: int) -> bool:
+    got, want = np.asarray(got), np.asarray(want)
+    if want.dtype.kind == "f":
+        if np.isnan(want):
+            return bool(np.isnan(got))
+        if ulps and np.isfinite(want) and np.isfinite(got):
+            return bool(abs(got.astype(np.float64) - want) <= ulps * np.spacing(np.abs(want)))
+    return bool(got == want)
+
+
+def _template_ops():
+    return sorted(name for name, op in OPS.items() if op.kind == ELEMENTWISE and op.scalar is not None)
+
+
+def test_every_template_has_signatures():
+    missing = sorted(set(_template_ops()) - set(SIGNATURES))
+    assert not missing, f"element-wise ops with a scalar template but no entry in SIGNATURES: {missing}"
+
+
+def test_elementwise_ops_have_templates():
+    # one_hot is element-wise in its output index, not a scalar function of scalar operands.
+    without = sorted(name for name, op in OPS.items() if op.kind == ELEMENTWISE and op.scalar is None)
+    assert without == ["one_hot"]
+
+
+def _signature_ids():
+    for op in sorted(SIGNATURES):
+        for dtypes, params in SIGNATURES[op]:
+            label = ",".join(dtype_name(d) for d in dtypes) + "".join(f"->{v}" for v in params.values())
+            yield pytest.param(op, dtypes, params, id=f"{op}[{label}]")
+
+
+@pytest.mark.parametrize("op_name, dtypes, params", list(_signature_ids()))
+def test_template_matches_impl(op_name, dtypes, params):
+    op = OPS[op_name]
+    out_dtype = op.infer([TensorType((), dt) for dt in dtypes], **params).dtype
+    K = lambda c: f"np.{out_dtype.name}({c!r})"  # noqa: E731  (constants in the op's dtype)
+    names = [f"x{i}" for i in range(len(dtypes))]
+    source = op.scalar(K, *names, **params)
+    code = compile(source, f"<{op_name} template>", "eval")
+    rng = np.random.default_rng([sum(map(ord, op_name)), *(d.num for d in dtypes)])
+    combos = operand_tuples(rng, dtypes, params)
+    failures = []
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        scalar_refs, vector_refs = references(op, combos, dtypes, params)
+        for combo, want_scalar, want_vector in zip(combos, scalar_refs, vector_refs):
+            args = {n: dt.type(v) for n, v, dt in zip(names, combo, dtypes)}
+            got = eval(code, {"np": np, "math": math}, args)
+            if np.asarray(got).dtype != out_dtype:
+                failures.append(f"{combo}: template gives {np.asarray(got).dtype}, the op declares {out_dtype}")
+            elif not any(same_value(got, w, ULPS.get(op_name, 0)) for w in (want_scalar, want_vector)):
+                failures.append(f"{combo}: template gives {got!r}, NumPy gives {want_scalar!r}")
+    assert np.asarray(scalar_refs[0]).dtype == out_dtype, "the reference impl disagrees with the shape rule"
+    assert not failures, f"{op_name} template {source!r} on {len(failures)} of {len(combos)} inputs:\n" + \
+        "\n".join(failures[:10])
+
+
+def test_templates_have_no_bare_numeric_constants():
+    # In numba a float32 value times a bare 0.5 is float64: every constant must go through K.
+    for name in _template_ops():
+        op = OPS[name]
+        params = SIGNATURES[name][0][1]
+        arity = len(inspect.signature(op.scalar).parameters) - 1 - len(params)
+        source = op.scalar(lambda c: f"K_({c!r})", *[f"x{i}" for i in range(arity)], **params)
+        tree = ast.parse(source, mode="eval")
+        wrapped = {id(a) for node in ast.walk(tree) if isinstance(node, ast.Call)
+                   and isinstance(node.func, ast.Name) and node.func.id == "K_" for a in ast.walk(node)}
+        bare = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                and type(node.value) in (int, float) and id(node) not in wrapped]
+        assert not bare, f"{name} template {source!r} has constants outside K: {bare}"
