@@ -81,11 +81,15 @@ def require_float(op: str, t: TensorType) -> None:
         raise DtypeError(f"{op}: expected a float32 or float64 operand, got {t.dtype}")
 
 
-def elementwise_rule(name: str, float_only=True, out_dtype=None):
+FLOAT, NUMERIC, ANY = "f", "fiu", "fiub"   # dtype kinds an element-wise op accepts
+
+
+def elementwise_rule(name: str, kinds=FLOAT, out_dtype=None):
     def infer(types):
         dtype = same_dtype(name, types)
-        if float_only:
-            require_float(name, types[0])
+        if dtype.kind not in kinds:
+            expected = {FLOAT: "float32 or float64", NUMERIC: "numeric (not boolean)"}.get(kinds, "any")
+            raise DtypeError(f"{name}: expected {expected} operands, got {dtype}")
         return TensorType(broadcast_shapes(name, *(t.shape for t in types)), out_dtype or dtype)
     return infer
 
@@ -108,64 +112,64 @@ def keepdims_shape(shape, axes) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------------
 # Element-wise ops
 
-def elementwise(name, impl, scalar, vjp, float_only=True):
-    return defop(name, ELEMENTWISE, elementwise_rule(name, float_only), impl, vjp, scalar=scalar)
+def elementwise(name, impl, scalar, vjp, kinds=FLOAT):
+    return defop(name, ELEMENTWISE, elementwise_rule(name, kinds), impl, vjp, scalar=scalar)
 
 
 def predicate(name, impl, scalar):
     """A non-differentiable element-wise op giving a boolean mask."""
-    return defop(name, ELEMENTWISE, elementwise_rule(name, False, np.dtype(np.bool_)), impl,
+    return defop(name, ELEMENTWISE, elementwise_rule(name, ANY, np.dtype(np.bool_)), impl,
                  scalar=scalar)
 
 
 elementwise("neg", np.negative, lambda K, x: f"(-{x})",
-      lambda g, ans, x: (-g,))
+            lambda g, ans, x: (-g,), kinds=NUMERIC)
 elementwise("exp", np.exp, lambda K, x: f"np.exp({x})",
-      lambda g, ans, x: (g * ans,))
+            lambda g, ans, x: (g * ans,))
 elementwise("log", np.log, lambda K, x: f"np.log({x})",
-      lambda g, ans, x: (g / x,))
+            lambda g, ans, x: (g / x,))
 elementwise("log1p", np.log1p, lambda K, x: f"np.log1p({x})",
-      lambda g, ans, x: (g / (x + 1.0),))
+            lambda g, ans, x: (g / (x + 1.0),))
 elementwise("sqrt", np.sqrt, lambda K, x: f"np.sqrt({x})",
-      lambda g, ans, x: (g * 0.5 / ans,))
+            lambda g, ans, x: (g * 0.5 / ans,))
 elementwise("abs", np.abs, lambda K, x: f"abs({x})",
-      lambda g, ans, x: (g * A.sign(x),))
+            lambda g, ans, x: (g * A.sign(x),), kinds=NUMERIC)
 elementwise("sign", np.sign, lambda K, x: f"({K(1)} if {x} > {K(0)} else ({K(-1)} if {x} < {K(0)} else {x}))",
-      lambda g, ans, x: (None,))
+            lambda g, ans, x: (None,), kinds=NUMERIC)
 elementwise("sin", np.sin, lambda K, x: f"np.sin({x})",
-      lambda g, ans, x: (g * A.cos(x),))
+            lambda g, ans, x: (g * A.cos(x),))
 elementwise("cos", np.cos, lambda K, x: f"np.cos({x})",
-      lambda g, ans, x: (-g * A.sin(x),))
+            lambda g, ans, x: (-g * A.sin(x),))
 elementwise("tanh", np.tanh, lambda K, x: f"np.tanh({x})",
-      lambda g, ans, x: (g * (1.0 - ans * ans),))
+            lambda g, ans, x: (g * (1.0 - ans * ans),))
 elementwise("sigmoid", scipy.special.expit,
       lambda K, x: f"({K(1)} / ({K(1)} + np.exp(-{x})))",
-      lambda g, ans, x: (g * ans * (1.0 - ans),))
+            lambda g, ans, x: (g * ans * (1.0 - ans),))
 elementwise("relu", lambda x: np.where(x < 0, np.zeros_like(x), x),
       lambda K, x: f"({K(0)} if {x} < {K(0)} else {x})",
       # ans > 0 exactly where x > 0; reading ans lets x die inside the forward epilogue.
-      lambda g, ans, x: (A.where(ans > 0, g, 0.0),))
+            lambda g, ans, x: (A.where(ans > 0, g, 0.0),))
 elementwise("square", np.square, lambda K, x: f"({x} * {x})",
-      lambda g, ans, x: (g * 2.0 * x,))
+            lambda g, ans, x: (g * 2.0 * x,), kinds=NUMERIC)
 defop("cast", ELEMENTWISE, lambda types, dtype: TensorType(types[0].shape, DTYPES_BY_NAME[dtype]),
       lambda x, dtype: x.astype(DTYPES_BY_NAME[dtype]),
-      lambda g, ans, x, dtype: (A.astype(g, x.dtype) if is_float(x.dtype) else None,),
+            lambda g, ans, x, dtype: (A.astype(g, x.dtype) if is_float(x.dtype) else None,),
       scalar=lambda K, x, dtype: f"np.{DTYPES_BY_NAME[dtype].name}({x})")
 
 elementwise("add", np.add, lambda K, a, b: f"({a} + {b})",
-       lambda g, ans, a, b: (g, g))
+            lambda g, ans, a, b: (g, g), kinds=NUMERIC)
 elementwise("sub", np.subtract, lambda K, a, b: f"({a} - {b})",
-       lambda g, ans, a, b: (g, -g))
+            lambda g, ans, a, b: (g, -g), kinds=NUMERIC)
 elementwise("mul", np.multiply, lambda K, a, b: f"({a} * {b})",
-       lambda g, ans, a, b: (g * b, g * a))
+            lambda g, ans, a, b: (g * b, g * a), kinds=NUMERIC)
 elementwise("div", np.divide, lambda K, a, b: f"({a} / {b})",
-       lambda g, ans, a, b: (g / b, -g * ans / b))
+            lambda g, ans, a, b: (g / b, -g * ans / b))
 elementwise("pow", np.power, lambda K, a, b: f"({a} ** {b})",
-       lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))))
+            lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))))
 elementwise("maximum", np.maximum, lambda K, a, b: f"({a} if ({a} > {b} or {a} != {a}) else {b})",
-       lambda g, ans, a, b: _tie_split(g, a > b, a == b))
+            lambda g, ans, a, b: _tie_split(g, a > b, a == b), kinds=NUMERIC)
 elementwise("minimum", np.minimum, lambda K, a, b: f"({a} if ({a} < {b} or {a} != {a}) else {b})",
-       lambda g, ans, a, b: _tie_split(g, a < b, a == b))
+            lambda g, ans, a, b: _tie_split(g, a < b, a == b), kinds=NUMERIC)
 
 
 def _pow_base_grad(g, a, b):
@@ -180,7 +184,7 @@ def _tie_split(g, wins, ties):
 
 
 defop("where", ELEMENTWISE, lambda types: _where_rule(types), np.where,
-      lambda g, ans, c, a, b: (None, A.where(c, g, 0.0), A.where(c, 0.0, g)),
+            lambda g, ans, c, a, b: (None, A.where(c, g, 0.0), A.where(c, 0.0, g)),
       scalar=lambda K, c, a, b: f"({a} if {c} else {b})")
 
 
@@ -192,8 +196,8 @@ def _where_rule(types):
     return TensorType(broadcast_shapes("where", cond.shape, a.shape, b.shape), dtype)
 
 
-defop("clip", ELEMENTWISE, elementwise_rule("clip"), np.clip,
-      lambda g, ans, x, lo, hi: (A.where((x >= lo) & (x <= hi), g, 0.0),
+defop("clip", ELEMENTWISE, elementwise_rule("clip", NUMERIC), np.clip,
+            lambda g, ans, x, lo, hi: (A.where((x >= lo) & (x <= hi), g, 0.0),
                                  A.where(x < lo, g, 0.0), A.where(x > hi, g, 0.0)),
       # NumPy's definition: NaN in any operand gives NaN, and hi wins where lo > hi.
       scalar=lambda K, x, lo, hi: f"np.minimum(np.maximum({x}, {lo}), {hi})")
@@ -233,7 +237,7 @@ def extremum_vjp(g, ans, x, axes):
 
 
 defop("sum", REDUCE, reduction_rule("sum"), lambda x, axes: np.sum(x, axis=axes, dtype=x.dtype),
-      lambda g, ans, x, axes: (expand_back(g, axes, x.shape),),
+            lambda g, ans, x, axes: (expand_back(g, axes, x.shape),),
       init=0.0, combine=lambda acc, x: f"{acc} + {x}")
 defop("max", REDUCE, reduction_rule("max"), lambda x, axes: np.max(x, axis=axes), extremum_vjp,
       init=-np.inf, combine=lambda acc, x: f"({x} if ({x} > {acc} or {x} != {x}) else {acc})")
@@ -281,13 +285,13 @@ def _slice_rule(types, starts, stops, steps):
 
 
 defop("reshape", VIEW, _reshape_rule, lambda x, shape: np.reshape(x, shape),
-      lambda g, ans, x, shape: (A.reshape(g, x.shape),))
+            lambda g, ans, x, shape: (A.reshape(g, x.shape),))
 defop("transpose", VIEW, _transpose_rule, lambda x, perm: np.transpose(x, perm),
-      lambda g, ans, x, perm: (A.transpose(g, tuple(np.argsort(perm))),))
+            lambda g, ans, x, perm: (A.transpose(g, tuple(np.argsort(perm))),))
 defop("broadcast_to", VIEW, _broadcast_to_rule, lambda x, shape: np.broadcast_to(x, shape),
-      lambda g, ans, x, shape: (g,))
+            lambda g, ans, x, shape: (g,))
 defop("slice", VIEW, _slice_rule, lambda x, starts, stops, steps: x[slice_index(starts, stops, steps)],
-      lambda g, ans, x, starts, stops, steps: (A.unslice(g, x.shape, starts, stops, steps),))
+            lambda g, ans, x, starts, stops, steps: (A.unslice(g, x.shape, starts, stops, steps),))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,7 +337,7 @@ def _unslice_impl(g, shape, starts, stops, steps):
 defop("concatenate", STRUCTURAL, _concatenate_rule, lambda *xs, axis: np.concatenate(xs, axis),
       _concatenate_vjp)
 defop("unslice", STRUCTURAL, _unslice_rule, _unslice_impl,
-      lambda g, ans, x, shape, starts, stops, steps: (A.slice_array(g, starts, stops, steps),))
+            lambda g, ans, x, shape, starts, stops, steps: (A.slice_array(g, starts, stops, steps),))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +357,7 @@ def _matmul_rule(types):
 
 
 defop("matmul", MATMUL, _matmul_rule, np.matmul,
-      lambda g, ans, a, b: (g @ A.swap_last(b), A.swap_last(a) @ g))
+            lambda g, ans, a, b: (g @ A.swap_last(b), A.swap_last(a) @ g))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,7 +464,7 @@ def _sce_lower(logits, labels):
 
 
 defop("logsumexp", COMPOSITE, _row_rule("logsumexp", keep=False), _logsumexp,
-      lambda g, ans, x, axes: (expand_back(g, axes, x.shape) * A.exp(x - expand_back(ans, axes, x.shape)),),
+            lambda g, ans, x, axes: (expand_back(g, axes, x.shape) * A.exp(x - expand_back(ans, axes, x.shape)),),
       lower=lambda x, axes: A.squeeze(_logsumexp_keepdims(x, axes), axes))
 defop("softmax", COMPOSITE, _row_rule("softmax", keep=True), _softmax, _softmax_vjp, lower=_softmax_lower)
 defop("log_softmax", COMPOSITE, _row_rule("log_softmax", keep=True),
