@@ -18,8 +18,8 @@ from .ops import OPS
 from .plan import Alias, Apply, Const, Gemm, Load, Loop, OneHot, Plan, Reduce
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
-# reductions; `contract` allows fused multiply-add.
-FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+# reductions (4-12x on sums), `contract` allows fused multiply-add.
+FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
 
 

@@ -22,11 +22,21 @@ class NativeStep:
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.fixed = [fixed[id(v)] for v in arguments[n_in:len(arguments) - n_out]]
 
+        self.call = self._first_call
+
     def __call__(self, *leaves):
         inputs = [prepare(x, dtype) for x, (dtype, _) in zip(leaves, self.inputs)]
         outputs = [np.empty(internal_shape(shape), dtype) for dtype, shape in self.outputs]
-        self.kernel(*inputs, *self.fixed, *outputs)
+        self.call(*inputs, *self.fixed, *outputs)
         return [o.reshape(shape) for o, (_, shape) in zip(outputs, self.outputs)]
+
+    def _first_call(self, *args):
+        """Compile (or load) through the dispatcher, then call the machine code directly."""
+        self.kernel(*args)
+        # Arguments are always C-contiguous arrays of fixed types: one overload, so the
+        # dispatcher's type lookup can be skipped on later calls.
+        (overload,) = self.kernel.overloads.values()
+        self.call = overload.entry_point
 
 
 def prepare(x, dtype) -> np.ndarray:
