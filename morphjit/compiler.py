@@ -50,9 +50,9 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
 
 
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
-    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    nums = tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
     for n in nums:
-        if not isinstance(n, int) or not -nargs <= n < nargs:
+        if not isinstance(n, int) or isinstance(n, bool) or not -nargs <= n < nargs:
             raise TracingError(f"argnums={argnums!r} does not fit a call with {nargs} positional "
                                f"argument{'s' if nargs != 1 else ''}")
     return tuple(n % nargs for n in nums)

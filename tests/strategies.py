@@ -90,14 +90,13 @@ def _mj():
 
 
 class _Builder:
-    def __init__(self, draw, rng, dtype, allow_cast, max_ops):
+    def __init__(self, draw, rng, dtype, allow_cast):
         self.draw, self.rng, self.dtype = draw, rng, np.dtype(dtype)
         self.allow_cast = allow_cast
         self.params, self.data = {}, {}
         self.nodes: list[Node] = []
         self.used: set[str] = set()
         self.lines: list[str] = []
-        self.max_ops = max_ops
         self._names = itertools.count()
 
     # -- inputs ----------------------------------------------------------------------------
@@ -565,7 +564,7 @@ def random_programs(draw, dtype=np.float64, allow_cast: bool = True, max_ops: in
     """Draw ``(fn, (params, data))``: a random loss ``fn(params, data) -> scalar`` and inputs."""
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    b = _Builder(draw, rng, dtype, allow_cast, max_ops)
+    b = _Builder(draw, rng, dtype, allow_cast)
     base = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(0, 3)) or 2))
     for _ in range(draw(st.integers(1, max_params))):
         shape = draw(_sub_shape(base))

@@ -28,12 +28,12 @@ def run_child(cache_dir):
     code = CHILD.format(tests=os.path.dirname(__file__))
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]), stderr=done.stderr)
 
 
 def test_fresh_process_loads_the_step_from_disk(tmp_path):
     cold = run_child(tmp_path)
     warm = run_child(tmp_path)
     assert cold["disk_loads"] == 0 and cold["misses"] == 1
-    assert warm["disk_loads"] == 1, "the second process compiled instead of loading from disk"
+    assert warm["disk_loads"] == 1, f"the second process compiled instead of loading from disk: {warm['stderr']}"
     assert warm["value"] == cold["value"]

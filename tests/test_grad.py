@@ -1,0 +1,384 @@
+"""Every differentiable op's gradient, through the public API (``mj.compile_loss``, interp backend).
+
+Each case is a function of float inputs reduced against a random cotangent ``u``:
+``loss(*xs) = sum(op(*xs) * u)``, so the gradients are ``J^T u``. They are checked in float64
+against central finite differences in a random direction (``<J^T u, v> == <u, J v>``) and against
+autograd. The table is keyed by primitive name: a differentiable op of ``morphjit.ops.OPS``
+without an entry makes ``test_every_differentiable_op_has_a_gradient_case`` fail, and every case
+checks that the primitive it claims to test really is in the traced program.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pytest
+
+import morphjit as mj
+from morphjit import array_api as A
+from morphjit.ops import OPS
+
+from gradcheck import AG, check_against_autograd, check_vjp_fd
+
+BACKEND = "interp"
+
+
+@dataclass
+class Case:
+    op: str                       # the primitive under test
+    fn: Callable                  # fn(ns, *xs): written once, for mj and for autograd.numpy
+    shapes: tuple                 # shapes of the differentiated (float64) inputs
+    id: str
+    domain: str = "any"           # "any": normal; "pos": in [0.5, 2]
+    dtype: object = np.float64    # dtype of the differentiated inputs
+    eps: float = 1e-5
+    rtol: float = 1e-6            # finite differences
+    ag_rtol: float = 1e-9         # autograd
+    inputs: Callable | None = None  # rng -> list of inputs, overriding shapes/domain
+
+
+def _inputs(case: Case, rng):
+    if case.inputs is not None:
+        return [np.asarray(x) for x in case.inputs(rng)]
+    if case.domain == "pos":
+        return [rng.uniform(0.5, 2.0, s).astype(case.dtype) for s in case.shapes]
+    return [rng.standard_normal(s).astype(case.dtype) for s in case.shapes]
+
+
+BCAST = [((2, 3, 4), (2, 3, 4)), ((2, 3, 4), (3, 1)), ((1, 3), (2, 1)), ((), (2, 3)),
+         ((4,), (2, 3, 4)), ((2, 1, 4), ())]
+AXES = [None, 0, 1, 2, -1, (0, 2), (1, 2)]
+LABELS = {(5,): np.array([0, 3, 1, 1, 2]), (2, 3): np.array([[0, 1, 3], [3, 3, 0]]), (): np.array(2)}
+
+
+def _labels(shape):
+    return LABELS[shape]
+
+
+CASES: list[Case] = []
+
+
+def case(op, fn, shapes, id, **kw):
+    CASES.append(Case(op, fn, tuple(shapes), f"{op}-{id}", **kw))
+
+
+# Element-wise unary ops, at several ranks.
+for _shape in [(), (3,), (2, 3, 4)]:
+    _s = "x".join(map(str, _shape)) or "scalar"
+    case("neg", lambda ns, x: -x, [_shape], _s)
+    case("exp", lambda ns, x: ns.exp(x), [_shape], _s)
+    case("log", lambda ns, x: ns.log(x), [_shape], _s, domain="pos")
+    case("log1p", lambda ns, x: ns.log1p(x), [_shape], _s, domain="pos")
+    case("sqrt", lambda ns, x: ns.sqrt(x), [_shape], _s, domain="pos")
+    case("abs", lambda ns, x: ns.abs(x), [_shape], _s)
+    case("sign", lambda ns, x: ns.sign(x), [_shape], _s)
+    case("sign", lambda ns, x: ns.sign(x) * x, [_shape], _s + "-times-x")
+    case("sin", lambda ns, x: ns.sin(x), [_shape], _s)
+    case("cos", lambda ns, x: ns.cos(x), [_shape], _s)
+    case("tanh", lambda ns, x: ns.tanh(x), [_shape], _s)
+    case("sigmoid", lambda ns, x: ns.sigmoid(x), [_shape], _s)
+    case("relu", lambda ns, x: ns.relu(x), [_shape], _s)
+    case("square", lambda ns, x: ns.square(x), [_shape], _s)
+
+# Casts between float32 and float64 (finite differences with a step float32 can resolve).
+case("cast", lambda ns, x: ns.astype(ns.astype(x, np.float32), np.float64), [(2, 3)], "f64-f32-f64",
+     eps=1e-2, rtol=1e-5, ag_rtol=1e-6)
+case("cast", lambda ns, x: ns.astype(x, np.float64) * 3.0, [(2, 3)], "f32-to-f64", dtype=np.float32,
+     eps=1e-2, rtol=1e-5, ag_rtol=1e-6)
+case("cast", lambda ns, x: ns.astype(x, np.float32), [(2, 3)], "f64-to-f32-loss",
+     eps=1e-2, rtol=1e-5, ag_rtol=1e-6)
+
+# Binary element-wise ops over broadcasting shape pairs.
+for _a, _b in BCAST:
+    _s = f"{_a}-{_b}".replace(" ", "")
+    case("add", lambda ns, a, b: a + b, [_a, _b], _s)
+    case("sub", lambda ns, a, b: a - b, [_a, _b], _s)
+    case("mul", lambda ns, a, b: a * b, [_a, _b], _s)
+    case("div", lambda ns, a, b: a / b, [_a, _b], _s, domain="pos")
+    case("pow", lambda ns, a, b: a ** b, [_a, _b], _s, domain="pos")
+    case("maximum", lambda ns, a, b: ns.maximum(a, b), [_a, _b], _s)
+    case("minimum", lambda ns, a, b: ns.minimum(a, b), [_a, _b], _s)
+case("add", lambda ns, x: 2.0 + x, [(3,)], "literal")
+case("sub", lambda ns, x: 2.0 - x, [(3,)], "literal-left")
+case("mul", lambda ns, x: x * x, [(2, 3)], "same-operand")
+case("div", lambda ns, x: 1.0 / x, [(2, 3)], "literal-numerator", domain="pos")
+case("pow", lambda ns, x: x ** 3, [(2, 3)], "int-literal-exponent")
+case("pow", lambda ns, x: x ** 0.5, [(2, 3)], "half", domain="pos")
+case("pow", lambda ns, x: 2.0 ** x, [(2, 3)], "literal-base")
+case("pow", lambda ns, x, p: x ** p, [(2, 3), ()], "param-exponent", domain="pos")
+case("pow", lambda ns, x, p: x ** p, [(2, 3), (3,)], "param-exponent-vector", domain="pos")
+case("maximum", lambda ns, x: ns.maximum(x, 0.1), [(2, 3)], "literal")
+case("minimum", lambda ns, x: ns.minimum(0.1, x), [(2, 3)], "literal")
+
+# where: the mask broadcasts against both branches; the branches against each other.
+_MASK = np.array([[True], [False]])
+case("where", lambda ns, a, b: ns.where(_MASK, a, b), [(2, 3), (2, 3)], "same-shape")
+case("where", lambda ns, a, b: ns.where(_MASK[:, :, None], a, b), [(2, 3, 4), (3, 1)], "broadcast")
+case("where", lambda ns, x: ns.where(x > 0, x, 0.1 * x), [(2, 3)], "leaky")
+case("where", lambda ns, a: ns.where(_MASK, a, 0.5), [(3,)], "literal-branch")
+
+# clip with literal bounds and with differentiated array bounds.
+case("clip", lambda ns, x: ns.clip(x, -0.5, 0.5), [(3, 4)], "literal-bounds")
+case("clip", lambda ns, x, lo, hi: ns.clip(x, lo, hi), [(3, 4), (4,), ()], "array-bounds",
+     inputs=lambda rng: [1.5 * rng.standard_normal((3, 4)), rng.uniform(-1, -0.3, (4,)),
+                         np.asarray(rng.uniform(0.3, 1))])
+
+# Reductions over every axis, with and without keepdims.
+for _axis in AXES:
+    for _keep in (False, True):
+        _s = f"axis={_axis}-keepdims={_keep}".replace(" ", "")
+        case("sum", lambda ns, x, axis=_axis, keep=_keep: ns.sum(x, axis=axis, keepdims=keep),
+             [(2, 3, 4)], _s)
+        case("max", lambda ns, x, axis=_axis, keep=_keep: ns.max(x, axis=axis, keepdims=keep),
+             [(2, 3, 4)], _s)
+        case("min", lambda ns, x, axis=_axis, keep=_keep: ns.min(x, axis=axis, keepdims=keep),
+             [(2, 3, 4)], _s)
+        case("logsumexp", lambda ns, x, axis=_axis, keep=_keep: ns.logsumexp(x, axis=axis, keepdims=keep),
+             [(2, 3, 4)], _s)
+case("sum", lambda ns, x: ns.mean(x, axis=1), [(2, 3, 4)], "mean")
+case("sum", lambda ns, x: ns.var(x, axis=-1, keepdims=True), [(2, 3, 4)], "var")
+case("max", lambda ns, x: ns.max(x), [(5,)], "vector")
+
+# Views.
+case("reshape", lambda ns, x: ns.reshape(x, (4, 6)), [(2, 3, 4)], "merge")
+case("reshape", lambda ns, x: ns.reshape(x, (-1,)), [(2, 3, 4)], "ravel")
+case("reshape", lambda ns, x: ns.reshape(x, (2, 1, 3)) * ns.reshape(x, (2, 3, 1)), [(6,)], "split")
+case("reshape", lambda ns, x: ns.expand_dims(x, 1) + ns.squeeze(ns.expand_dims(x, 0)), [(2, 3)], "expand-squeeze")
+case("transpose", lambda ns, x: x.T, [(2, 3, 4)], "reverse")
+case("transpose", lambda ns, x: ns.transpose(x, (1, 2, 0)) * np.array([1.0, -2.0]), [(2, 3, 4)], "perm")
+case("transpose", lambda ns, x: ns.swapaxes(x, 0, -1), [(2, 3, 4)], "swapaxes")
+case("broadcast_to", lambda ns, x: ns.broadcast_to(x, (2, 3, 4)), [(3, 1)], "explicit")
+case("broadcast_to", lambda ns, x: ns.broadcast_to(x, (4, 3)), [()], "scalar")
+
+# Slicing with steps (negative too) and integer indexing: the gradient scatters into zeros.
+for _name, _key in [("step", np.s_[::2]), ("start-stop-step", np.s_[1:, 3:0:-2]),
+                    ("reverse", np.s_[::-1, :, ::3]), ("int", np.s_[1]), ("int-last", np.s_[:, -1]),
+                    ("int-int", np.s_[1, 2]), ("ellipsis-newaxis", np.s_[None, ..., 1:3]),
+                    ("mixed", np.s_[-1, ::2, 1])]:
+    case("slice", lambda ns, x, key=_key: x[key], [(3, 4, 5)], _name)
+case("slice", lambda ns, x: x[1:, :] * x[:-1, :], [(4, 3)], "overlapping")
+
+# Joining.
+case("concatenate", lambda ns, a, b: ns.concatenate([a, b], axis=0), [(2, 3), (4, 3)], "axis0")
+case("concatenate", lambda ns, a, b: ns.concatenate([a, b, a], axis=-1), [(2, 3), (2, 1)], "axis-1-repeat")
+case("concatenate", lambda ns, a, b: ns.concatenate([a, b], axis=1), [(2, 3, 4), (2, 2, 4)], "axis1")
+case("concatenate", lambda ns, a, b: ns.stack([a, b]), [(2, 3), (2, 3)], "stack0")
+case("concatenate", lambda ns, a, b: ns.stack([a, b], axis=-1), [(2, 3), (2, 3)], "stack-1")
+case("concatenate", lambda ns, a, b: ns.stack([a, b, a], axis=1), [(4,), (4,)], "stack1")
+
+
+_ROWS = np.zeros((5, 2))
+_ROWS[[1, 3], [0, 1]] = 1.0
+_COLS = np.zeros((2, 4))
+_COLS[[0, 1], [0, 3]] = 1.0
+# unslice (the transpose of slice) is not in the user API but is an op with a VJP; autograd
+# computes the same scatter as a product with 0/1 matrices.
+case("unslice", lambda ns, x: (A.unslice(x, (5, 4), (1, 0), (5, 4), (2, 3)) if ns is mj
+                               else _ROWS @ x @ _COLS), [(2, 2)], "steps")
+
+# Matmul: plain, batched with broadcast batch dimensions, and 1-D operands.
+for _a, _b in [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((3, 4), (2, 4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+               ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 3, 4), (4,)), ((4,), (2, 4, 3))]:
+    case("matmul", lambda ns, a, b: a @ b, [_a, _b], f"{_a}@{_b}".replace(" ", ""))
+case("matmul", lambda ns, a: ns.dot(a, a.T), [(3, 4)], "gram")
+
+# Stable composites.
+for _axis in [0, 1, -1, (0, 2)]:
+    case("softmax", lambda ns, x, axis=_axis: ns.softmax(x, axis=axis), [(2, 3, 4)], f"axis={_axis}".replace(" ", ""))
+    case("log_softmax", lambda ns, x, axis=_axis: ns.log_softmax(x, axis=axis), [(2, 3, 4)],
+         f"axis={_axis}".replace(" ", ""))
+for _shape in [(5, 4), (2, 3, 4), (4,)]:
+    case("softmax_cross_entropy",
+         lambda ns, z, labels=_labels(_shape[:-1]): ns.softmax_cross_entropy(z, labels), [_shape],
+         "x".join(map(str, _shape)))
+case("softmax_cross_entropy", lambda ns, z: ns.softmax_cross_entropy(3.0 * z, _labels((5,))), [(5, 4)], "scaled")
+
+
+def _bindings(program):
+    return [b.op for b in program.bindings]
+
+
+def _cotangent(rng, fn, xs):
+    """A random cotangent of the output's shape and dtype."""
+    out = np.asarray(fn(mj, *xs))
+    return rng.standard_normal(out.shape).astype(out.dtype)
+
+
+def _loss_fns(case, u):
+    def mj_loss(*xs):
+        return mj.sum(case.fn(mj, *xs) * u)
+
+    def ag_loss(xs):
+        return AG.sum(case.fn(AG, *xs) * u)
+    return mj_loss, ag_loss
+
+
+def test_every_differentiable_op_has_a_gradient_case():
+    differentiable = {name for name, op in OPS.items() if op.vjp is not None}
+    covered = {c.op for c in CASES}
+    missing = sorted(differentiable - covered)
+    assert not missing, f"differentiable ops without a gradient test case: {missing}"
+    assert covered <= set(OPS), f"cases name unknown ops: {sorted(covered - set(OPS))}"
+
+
+def test_case_ids_are_unique():
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids)), sorted(i for i in ids if ids.count(i) > 1)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_op_gradient(case: Case):
+    rng = np.random.default_rng(zlib.crc32(case.id.encode()))
+    xs = _inputs(case, rng)
+    u = _cotangent(rng, case.fn, xs)
+    mj_loss, ag_loss = _loss_fns(case, u)
+    argnums = tuple(range(len(xs)))
+
+    program = mj.grad_program(mj_loss, *xs, argnums=argnums)
+    assert case.op in _bindings(mj.trace(mj_loss, *xs)), \
+        f"{case.id}: the traced program does not use {case.op}:\n{mj.trace(mj_loss, *xs)}"
+    program.verify()
+
+    step = mj.compile_loss(mj_loss, argnums=argnums, backend=BACKEND)
+    before = [x.copy() for x in xs]
+    value, grads = step(*xs)
+    assert isinstance(grads, tuple) and len(grads) == len(xs)
+    for x, b in zip(xs, before):
+        np.testing.assert_array_equal(x, b)
+    for x, g in zip(xs, grads):
+        assert isinstance(g, np.ndarray) and g.shape == x.shape and g.dtype == x.dtype, \
+            f"gradient {g.dtype}{np.shape(g)} for input {x.dtype}{x.shape}"
+    # The forward value: eager morphjit on NumPy arrays and autograd.numpy.
+    np.testing.assert_allclose(value, mj_loss(*xs), rtol=1e-12, atol=1e-12)
+
+    # <J^T u, v> against <u, J v>, J v from central differences of the op alone.
+    check_vjp_fd(lambda ys: case.fn(mj, *ys), xs, u, list(grads), rng=rng, eps=case.eps,
+                 rtol=case.rtol, what=case.id)
+    # autograd on the same function.
+    check_against_autograd(ag_loss, [x.astype(np.float64) for x in xs], value, list(grads),
+                           rtol=case.ag_rtol, atol=1e-10, what=case.id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ties and kinks, against the definitions
+
+def _grad(fn, *xs):
+    value, grads = mj.compile_loss(fn, argnums=tuple(range(len(xs))), backend=BACKEND)(*xs)
+    return grads if len(xs) > 1 else grads[0]
+
+
+def _shared_extremum_grad(x, axis, u, reduce):
+    """JAX's definition: g is shared equally among the elements attaining the extremum."""
+    ans = reduce(x, axis=axis, keepdims=True)
+    hit = (x == ans).astype(x.dtype)
+    return np.broadcast_to(np.reshape(u, ans.shape), x.shape) * hit / hit.sum(axis=axis, keepdims=True)
+
+
+@pytest.mark.parametrize("reduce_name", ["max", "min"])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2)])
+def test_extremum_ties_share_the_gradient_equally(reduce_name, axis):
+    rng = np.random.default_rng(7)
+    x = rng.integers(-1, 2, size=(3, 2, 4)).astype(np.float64)  # many ties
+    mj_reduce, np_reduce = getattr(mj, reduce_name), getattr(np, reduce_name)
+    u = rng.standard_normal(np.shape(np_reduce(x, axis=axis)))
+    g = _grad(lambda x: mj.sum(mj_reduce(x, axis=axis) * u), x)
+    np.testing.assert_allclose(g, _shared_extremum_grad(x, axis, u, np_reduce), rtol=1e-14)
+    # Each output's cotangent is conserved: split, not copied.
+    np.testing.assert_allclose(g.sum(), u.sum(), rtol=1e-12)
+
+
+def test_max_tie_explicit():
+    x = np.array([[1.0, 3.0, 3.0], [2.0, 1.0, 0.0], [5.0, 5.0, 5.0]])
+    u = np.array([2.0, 7.0, 3.0])
+    g = _grad(lambda x: mj.sum(mj.max(x, axis=1) * u), x)
+    np.testing.assert_array_equal(g, [[0, 1.0, 1.0], [7.0, 0, 0], [1.0, 1.0, 1.0]])
+
+
+@pytest.mark.parametrize("name,wins", [("maximum", np.greater), ("minimum", np.less)])
+def test_maximum_minimum_ties_split_evenly(name, wins):
+    a = np.array([[1.0, 2.0, 3.0], [0.0, -1.0, 4.0]])
+    b = np.array([[1.0, 0.0, 5.0], [0.0, -1.0, 4.0]])
+    u = np.arange(1.0, 7.0).reshape(2, 3)
+    ga, gb = _grad(lambda a, b: mj.sum(getattr(mj, name)(a, b) * u), a, b)
+    tie = a == b
+    np.testing.assert_array_equal(ga, np.where(tie, u / 2, np.where(wins(a, b), u, 0.0)))
+    np.testing.assert_array_equal(gb, np.where(tie, u / 2, np.where(wins(a, b), 0.0, u)))
+    # maximum(x, 0) at x == 0 exactly: half the gradient.
+    gx = _grad(lambda x: mj.sum(getattr(mj, name)(x, 0.0) * u[0]), np.array([0.0, 1.0, -1.0]))
+    np.testing.assert_array_equal(gx, [u[0, 0] / 2, u[0, 1] * (name == "maximum"), u[0, 2] * (name == "minimum")])
+
+
+@pytest.mark.parametrize("fn", [mj.abs, mj.relu], ids=["abs", "relu"])
+def test_kink_at_zero_has_zero_gradient(fn):
+    x = np.array([0.0, -0.0, 2.0, -3.0])
+    g = _grad(lambda x: mj.sum(fn(x) * 5.0), x)
+    expected = np.array([0.0, 0.0, 5.0, -5.0 if fn is mj.abs else 0.0])
+    np.testing.assert_array_equal(g, expected)
+
+
+def test_pow_edge_cases():
+    # d/dx x**2 at 0 is 0; x**0 is constant; d/dp x**p = x**p log x.
+    x = np.array([0.0, 1.5, 2.0])
+    np.testing.assert_array_equal(_grad(lambda x: mj.sum(x ** 2.0), x), 2 * x)
+    np.testing.assert_array_equal(_grad(lambda x: mj.sum(x ** 0.0), x), np.zeros(3))
+    xp, p = np.array([0.5, 1.5, 2.0]), np.array(1.7)
+    gx, gp = _grad(lambda x, p: mj.sum(x ** p), xp, p)
+    np.testing.assert_allclose(gx, p * xp ** (p - 1), rtol=1e-14)
+    np.testing.assert_allclose(gp, np.sum(xp ** p * np.log(xp)), rtol=1e-14)
+
+
+def test_clip_gradient_routes_to_the_active_bound():
+    x = np.array([-2.0, 0.0, 2.0])
+    lo, hi = np.array(-1.0), np.array(1.0)
+    gx, glo, ghi = _grad(lambda x, lo, hi: mj.sum(mj.clip(x, lo, hi) * np.array([1.0, 2.0, 3.0])), x, lo, hi)
+    np.testing.assert_array_equal(gx, [0.0, 2.0, 0.0])
+    assert glo == 1.0 and ghi == 3.0
+
+
+def test_integer_index_scatters_into_zeros():
+    x = np.arange(12.0).reshape(3, 4)
+    g = _grad(lambda x: x[1, 2] * 3.0 + mj.sum(x[::2, ::3]), x)
+    expected = np.zeros((3, 4))
+    expected[1, 2] += 3.0
+    expected[::2, ::3] += 1.0
+    np.testing.assert_array_equal(g, expected)
+
+
+def test_softmax_cross_entropy_gradient_is_softmax_minus_onehot():
+    rng = np.random.default_rng(3)
+    z, labels, g = rng.standard_normal((6, 5)), rng.integers(0, 5, 6), rng.standard_normal(6)
+    grad = _grad(lambda z: mj.sum(mj.softmax_cross_entropy(z, labels) * g), z)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    np.testing.assert_allclose(grad, (p - np.eye(5)[labels]) * g[:, None], rtol=1e-12, atol=1e-15)
+
+
+def test_softmax_cross_entropy_backward_uses_softmax_and_one_hot_ops():
+    rng = np.random.default_rng(4)
+    z, labels = rng.standard_normal((6, 5)), rng.integers(0, 5, 6)
+
+    def loss(z):
+        return mj.mean(mj.softmax_cross_entropy(z, labels))
+
+    forward = mj.trace(loss, z)
+    joint = mj.grad_program(loss, z)
+    backward_ops = _bindings(joint)[len(forward.bindings):]
+    assert "softmax" in backward_ops and "one_hot" in backward_ops, str(joint)
+    generic = {"exp", "log", "max", "logsumexp", "log_softmax", "div", "unslice"}
+    assert not generic & set(_bindings(joint)), f"sce differentiated through generic ops:\n{joint}"
+
+
+def test_composites_are_stable_for_large_inputs():
+    x = np.array([[1000.0, 1000.0, -1000.0], [-800.0, 0.0, 800.0]])
+    u = np.array([1.0, 2.0])
+    g = _grad(lambda x: mj.sum(mj.logsumexp(x, axis=1) * u), x)
+    np.testing.assert_allclose(g, [[0.5, 0.5, 0.0], [0.0, 0.0, 2.0]], atol=1e-300)
+    for fn in (mj.softmax, mj.log_softmax):
+        value, g = mj.compile_loss(lambda x: mj.sum(fn(x) * x), backend=BACKEND)(x)
+        assert np.isfinite(value) and np.all(np.isfinite(g)), fn.__name__
+    labels = np.array([2, 0])
+    value, g = mj.compile_loss(lambda x: mj.sum(mj.softmax_cross_entropy(x, labels)), backend=BACKEND)(x)
+    np.testing.assert_allclose(value, 2000.0 + np.log(2.0) + 1600.0, rtol=1e-12)
+    np.testing.assert_allclose(g, [[0.5, 0.5, -1.0], [-1.0, 0.0, 1.0]], atol=1e-300)
