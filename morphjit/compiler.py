@@ -109,8 +109,9 @@ def grad_program(fn, *args, argnums=0) -> Program:
 # The decorator
 
 def leaf_signature(leaf):
+    """What a compiled step depends on in an argument leaf: shape and dtype, or the scalar type."""
     if isinstance(leaf, (np.ndarray, np.generic)):
-        return leaf.shape, leaf.dtype.str
+        return leaf.shape, leaf.dtype
     return type(leaf)
 
 
@@ -131,6 +132,14 @@ class Step:
     run: Callable
     source: str | None = None    # the generated module (numba backend)
 
+    def __post_init__(self):
+        self._builders = [pytree.builder(self.spec.arg_treedef(i)) for i in self.spec.argnums]
+
+    def gradient_trees(self, grads):
+        """The gradients in the structure of the differentiated arguments."""
+        it = iter(grads)
+        return [build(it) for build in self._builders]
+
 
 class CompiledLoss:
     """A loss function compiled, per input signature, into a step returning (loss, gradients)."""
@@ -140,18 +149,19 @@ class CompiledLoss:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         functools.update_wrapper(self, fn)
         self.fn, self.argnums, self.backend, self.cache = fn, argnums, backend, cache
+        self._single = not isinstance(argnums, (tuple, list))
         self._steps: dict = {}
         self._hits = self._misses = 0
 
     def __call__(self, *args):
         step, leaves = self._step(args)
-        outputs = step.run(*(np.asarray(x, v.dtype) for x, v in zip(leaves, step.program.inputs)))
-        value = outputs[0][()]
-        return value, self._grads_tree(step.spec, outputs[1:])
+        outputs = step.run(*leaves)
+        trees = step.gradient_trees(outputs[1:])
+        return outputs[0][()], trees[0] if self._single else tuple(trees)
 
     def _step(self, args, count=True):
-        leaves, treedef = pytree.flatten(tuple(args))
-        key = (treedef, tuple(map(leaf_signature, leaves)))
+        leaves = []
+        key = pytree.keyed_flatten(args, leaves, leaf_signature)
         step = self._steps.get(key)
         if step is None:
             self._misses += count
@@ -169,12 +179,6 @@ class CompiledLoss:
         source, arguments = codegen.render(plan)
         module = disk_cache.load_module(source, name_hint=_name_hint(self.fn), cache=self.cache)
         return Step(spec, program, NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source)
-
-    def _grads_tree(self, spec: ArgSpec, grads):
-        it = iter(grads)
-        trees = tuple(pytree.unflatten(spec.arg_treedef(i), [next(it) for _ in spec.arg_leaves[i]])
-                      for i in spec.argnums)
-        return trees[0] if isinstance(self.argnums, int) else trees
 
     def cache_info(self) -> CacheInfo:
         sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in self._steps.values())

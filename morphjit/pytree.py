@@ -6,7 +6,7 @@ the user built the dict.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Iterator
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _flatten_into(tree, leaves: list) -> TreeDef:
 
 def unflatten(treedef: TreeDef, leaves) -> Any:
     it = iter(leaves)
-    result = _build(treedef, it)
+    result = builder(treedef)(it)
     if next(it, _END) is not _END:
         raise ValueError("too many leaves for the tree structure")
     return result
@@ -72,15 +72,34 @@ def unflatten(treedef: TreeDef, leaves) -> Any:
 _END = object()
 
 
-def _build(treedef: TreeDef, it) -> Any:
+def builder(treedef: TreeDef) -> Callable[[Iterator], Any]:
+    """A function that builds a tree of this structure from an iterator over its leaves."""
     if treedef.kind is None:
-        return next(it)
-    children = [_build(c, it) for c in treedef.children]
-    if treedef.kind is dict:
-        return dict(zip(treedef.keys, children))
-    if treedef.keys:  # namedtuple
-        return treedef.kind(*children)
-    return treedef.kind(children)
+        return next
+    children = [builder(c) for c in treedef.children]
+    kind, keys = treedef.kind, treedef.keys
+    if kind is dict:
+        return lambda it: {k: b(it) for k, b in zip(keys, children)}
+    if keys:  # namedtuple
+        return lambda it: kind(*[b(it) for b in children])
+    return lambda it: kind([b(it) for b in children])
+
+
+def keyed_flatten(tree, leaves: list, leaf_key: Callable) -> tuple:
+    """Append the leaves of ``tree`` to ``leaves`` (in ``flatten``'s order) and return a hashable
+    key of its structure and of ``leaf_key`` of each leaf: the fast path of a call."""
+    kind = type(tree)
+    if kind is dict:
+        keys = sorted(tree)
+        return dict, tuple(keys), tuple([keyed_flatten(tree[k], leaves, leaf_key) for k in keys])
+    if kind is tuple or kind is list:
+        return kind, tuple([keyed_flatten(c, leaves, leaf_key) for c in tree])
+    node = _children(tree)
+    if node is None:
+        leaves.append(tree)
+        return leaf_key(tree)
+    kind, keys, children = node
+    return kind, keys, tuple([keyed_flatten(c, leaves, leaf_key) for c in children])
 
 
 def leaf_paths(treedef: TreeDef, root: str) -> list[str]:

@@ -12,8 +12,6 @@ class NativeStep:
 
     def __init__(self, plan: Plan, kernel, arguments):
         self.kernel = kernel
-        self.inputs = [(v.dtype, v.shape) for v in plan.inputs]
-        self.outputs = [(v.dtype, v.shape) for v in plan.outputs]
         self.pool = [np.empty(slot.size, slot.dtype) for slot in plan.slots]
         fixed = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
         for v in arguments:
@@ -21,14 +19,19 @@ class NativeStep:
                 fixed[id(v)] = self.pool[plan.slot_of[id(v)]][:max(v.type.size, 1)].reshape(internal_shape(v.shape))
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.fixed = [fixed[id(v)] for v in arguments[n_in:len(arguments) - n_out]]
-
+        self.input_dtypes = [v.dtype for v in plan.inputs]
+        self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
+        self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
         self.call = self._first_call
 
     def __call__(self, *leaves):
-        inputs = [prepare(x, dtype) for x, (dtype, _) in zip(leaves, self.inputs)]
-        outputs = [np.empty(internal_shape(shape), dtype) for dtype, shape in self.outputs]
+        inputs = [x if type(x) is np.ndarray and x.dtype is dtype and x.ndim and x.flags.c_contiguous
+                  else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
+        outputs = [np.empty(shape, dtype) for shape, dtype in self.output_buffers]
         self.call(*inputs, *self.fixed, *outputs)
-        return [o.reshape(shape) for o, (_, shape) in zip(outputs, self.outputs)]
+        for i in self.scalar_outputs:
+            outputs[i] = outputs[i].reshape(())
+        return outputs
 
     def _first_call(self, *args):
         """Compile (or load) through the dispatcher, then call the machine code directly."""
@@ -41,7 +44,5 @@ class NativeStep:
 
 def prepare(x, dtype) -> np.ndarray:
     """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D."""
-    a = np.asarray(x)
-    if a.dtype != dtype or not a.flags.c_contiguous:
-        a = np.ascontiguousarray(a, dtype)
+    a = np.ascontiguousarray(x, dtype)
     return a.reshape(1) if a.ndim == 0 else a
