@@ -91,7 +91,7 @@ def joint_program(forward: Program, wrt) -> Program:
 
 def compile_plan(joint: Program):
     """The replay plan of a joint program: composites lowered, optimised again, fused, planned."""
-    return make_plan(passes.dce(lower(joint)))
+    return make_plan(passes.optimize(lower(joint)))
 
 
 def _name_hint(fn) -> str:

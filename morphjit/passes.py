@@ -48,9 +48,11 @@ def substitute(b: Binding, rename: dict[int, Var]) -> Binding:
 
 
 def rebuild(program: Program, bindings: list[Binding], rename: dict[int, Var]) -> Program:
-    """``program`` with new bindings and renamed outputs; ``program`` itself if nothing changed."""
-    if not rename and all(x is y for x, y in zip(bindings, program.bindings)) \
-            and len(bindings) == len(program.bindings):
+    """``program`` with new bindings and renamed outputs; ``program`` itself if nothing changed.
+
+    A renamed value's binding is always dropped, so equal lengths mean nothing was renamed.
+    """
+    if len(bindings) == len(program.bindings) and all(x is y for x, y in zip(bindings, program.bindings)):
         return program
     outputs = tuple(rename.get(id(v), v) for v in program.outputs)
     return program.replace(bindings=tuple(bindings), outputs=outputs)
@@ -294,6 +296,7 @@ def same_shape(b, producer):
 
 
 def identity_transpose(b, producer):
+    """A transpose by the identity permutation changes nothing."""
     (x,) = b.inputs
     return x if b.kwargs["perm"] == tuple(range(len(x.shape))) else None
 
@@ -345,30 +348,27 @@ for _name, _op in OPS.items():
         RULES[_name] = (literal_fills, fold_constants, absorb_broadcasts) + RULES.get(_name, ())
 
 
-def first_rewrite(b: Binding, producer: Producer) -> Var | Expr | None:
-    for rule in RULES.get(b.op, ()):
-        result = rule(b, producer)
-        if result is not None:
-            return result
-    return None
-
-
 def simplify_binding(b: Binding, producer: Producer) -> Binding | Var:
     """Rewrite ``b`` until no rule applies: the final binding, or the value replacing it."""
     while True:
-        result = first_rewrite(b, producer)
-        if result is None:
+        for rule in RULES.get(b.op, ()):
+            result = rule(b, producer)
+            if result is not None:
+                break
+        else:
             return b
         if isinstance(result, Var):
-            check_type(b, result.type, result)
+            check_type(rule, b, result.type)
             return result
-        b = Binding(b.out, result.op, result.inputs, params_of(result.params), b.loc)
-        check_type(b, OPS[b.op].infer([x.type for x in b.inputs], **b.kwargs), result)
+        rewritten = Binding(b.out, result.op, result.inputs, params_of(result.params), b.loc)
+        check_type(rule, b, OPS[rewritten.op].infer([x.type for x in rewritten.inputs], **rewritten.kwargs))
+        b = rewritten
 
 
-def check_type(b: Binding, t: TensorType, result) -> None:
+def check_type(rule: Rule, b: Binding, t: TensorType) -> None:
     if t != b.out.type:
-        raise AssertionError(f"simplify: {result} gives {t} in place of {format_binding(b, Namer())}")
+        raise AssertionError(f"simplify: {rule.__name__} rewrote {format_binding(b, Namer())} "
+                             f"into a value of type {t}")
 
 
 def uniform_consts(program: Program) -> dict[int, Binding]:
@@ -390,7 +390,10 @@ def simplify(program: Program) -> Program:
     """
     rename: dict[int, Var] = {}
     defs: dict[int, Binding] = uniform_consts(program)
-    producer = lambda x: defs.get(id(x)) if isinstance(x, Var) else None  # noqa: E731
+
+    def producer(x) -> Binding | None:
+        return defs.get(id(x)) if isinstance(x, Var) else None
+
     bindings = []
     for b in program.bindings:
         result = simplify_binding(substitute(b, rename), producer)
