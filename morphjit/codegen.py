@@ -15,7 +15,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map
 from .ir import Namer, Var, dtype_name
 from .ops import OPS
-from .plan import Alias, Apply, Const, Gemm, Load, Loop, OneHot, Plan, Reduce
+from .plan import Acc, Alias, Apply, Const, Gemm, Load, Nest, OneHot, Plan
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add.
@@ -108,7 +108,7 @@ class StepWriter:
     def arguments(self) -> list[Var]:
         """Inputs, constants, the pooled buffers (as views) and the outputs, in that order."""
         plan = self.plan
-        pooled = [i.out for i in plan.instructions if id(i.out) in plan.slot_of]
+        pooled = [v for i in plan.instructions for v in i.outs if id(v) in plan.slot_of]
         unique = list({id(v): v for v in pooled}.values())
         return list(plan.inputs) + [v for v, _ in plan.consts] + unique + list(plan.outputs)
 
@@ -152,36 +152,63 @@ class StepWriter:
             name = f"{name}[{', '.join(rows)}]"
         return name + (".T" if transposed else "")
 
-    def loop(self, ins: Loop) -> None:
-        idx = loop_vars(len(ins.domain))
-        open_loops(self.out, ins.domain, idx)
-        value = Body(self.out, self.names, idx).value(ins.body)
-        self.out.line(f"{element(self.names.name(ins.out), ins.out_map, idx)} = {value}")
-        self.out.depth -= len(ins.domain)
-
-    def reduce(self, ins: Reduce) -> None:
-        op, n = OPS[ins.op], len(ins.domain)
-        kept = [k for k in range(n) if k not in ins.axes]
+    def nest(self, ins: Nest) -> None:
+        """One loop nest: every value of the body first, then the stores, then the reductions."""
+        out, n, accs = self.out, len(ins.domain), ins.accumulations
         idx = loop_vars(n)
-        init = literal(op.init, ins.out.dtype)
-        target = element(self.names.name(ins.out), IndexMap.identity(len(kept)), [idx[k] for k in kept])
-        if kept == list(range(len(kept))):  # reduced axes innermost: accumulate in a register
-            open_loops(self.out, [ins.domain[k] for k in kept], [idx[k] for k in kept])
-            self.out.line(f"acc = {init}")
-            open_loops(self.out, [ins.domain[k] for k in ins.axes], [idx[k] for k in ins.axes])
-            x = Body(self.out, self.names, idx).value(ins.body)
-            self.out.line(f"acc = {op.combine('acc', x)}")
-            self.out.depth -= len(ins.axes)
-            self.out.line(f"{target} = acc")
-            self.out.depth -= len(kept)
-            return
-        open_loops(self.out, [ins.domain[k] for k in kept], [idx[k] for k in kept])
-        self.out.line(f"{target} = {init}")
-        self.out.depth -= len(kept)
-        open_loops(self.out, ins.domain, idx)
-        x = Body(self.out, self.names, idx).value(ins.body)
-        self.out.line(f"{target} = {op.combine(target, x)}")
-        self.out.depth -= n
+        axes = accs[0].axes if accs else ()
+        kept = [k for k in range(n) if k not in axes]
+        in_registers = kept == list(range(len(kept)))  # reduced axes innermost
+        targets = [element(self.names.name(a.out), IndexMap.identity(len(kept)), [idx[k] for k in kept])
+                   for a in accs]
+        if not in_registers:
+            for a in accs:
+                self.fill_loop(a.out, literal(OPS[a.op].init, a.out.dtype))
+        open_loops(out, [ins.domain[k] for k in kept] if in_registers else ins.domain,
+                   [idx[k] for k in kept] if in_registers else idx)
+        accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
+        if in_registers:
+            for acc, a in zip(accumulators, accs):
+                out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
+            open_loops(out, [ins.domain[k] for k in axes], [idx[k] for k in axes])
+        body = Body(out, self.names, idx)
+        values = []
+        for s in ins.stores:
+            values.append(body.value(s.expr))
+            body.memo[Load(s.out, IndexMap.identity(n))] = values[-1]
+        terms = [body.value(a.expr) for a in accs]
+        for s, v in zip(ins.stores, values):
+            out.line(f"{element(self.names.name(s.out), s.out_map, idx)} = {v}")
+        for acc, a, x in zip(accumulators, accs, terms):
+            out.line(f"{acc} = {OPS[a.op].combine(acc, x)}")
+        out.depth -= len(axes) if in_registers else n
+        if in_registers:
+            for acc, a, target in zip(accumulators, accs, targets):
+                out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")
+            out.depth -= len(kept)
+        else:
+            for a in accs:
+                if a.finish != Acc():
+                    self.finish_loop(a)
+
+    def fill_loop(self, v: Var, value: str) -> None:
+        idx = loop_vars(len(v.shape))
+        open_loops(self.out, v.shape, idx)
+        self.out.line(f"{element(self.names.name(v), IndexMap.identity(len(idx)), idx)} = {value}")
+        self.out.depth -= len(idx)
+
+    def finish_loop(self, a) -> None:
+        idx = loop_vars(len(a.out.shape))
+        target = element(self.names.name(a.out), IndexMap.identity(len(idx)), idx)
+        open_loops(self.out, a.out.shape, idx)
+        self.out.line(f"{target} = {self.finished(a, target, idx)}")
+        self.out.depth -= len(idx)
+
+    def finished(self, a, acc: str, idx: list[str]) -> str:
+        """The finish expression of a reduction applied to its accumulator ``acc``."""
+        body = Body(self.out, self.names, idx)
+        body.memo[Acc()] = acc
+        return body.value(a.finish)
 
 
 def render(plan: Plan) -> tuple[str, list[Var]]:
@@ -202,33 +229,48 @@ def describe_plan(plan: Plan) -> str:
     lines = [f"plan: {len(plan.instructions)} instructions ({counts}); {len(plan.slots)} slots, "
              f"workspace {plan.workspace_bytes} B (naive {plan.naive_bytes} B)",
              "in " + " ".join(names.declare(v) for v in plan.inputs)]
+    declared: set[int] = set()
+
+    def target(v: Var) -> str:
+        first = id(v) not in declared
+        declared.add(id(v))
+        slot = f" [s{plan.slot_of[id(v)]}]" if id(v) in plan.slot_of else ""
+        return (names.declare(v) if first else names.name(v)) + slot
+
     for ins in plan.instructions:
-        target = names.declare(ins.out) if ins.out not in [i.out for i in plan.instructions[:plan.instructions.index(ins)]] \
-            else names.name(ins.out)
-        where = f"s{plan.slot_of[id(ins.out)]}" if id(ins.out) in plan.slot_of else ""
         flag = " in-place" if id(ins) in plan.in_place else ""
-        lines.append(f"  {type(ins).__name__.lower():7} {target} = {describe(ins, names)}"
-                     + (f"    [{where}{flag}]" if where else ""))
+        if isinstance(ins, Gemm):
+            a = names.use(ins.a) + (".T" if ins.a_transposed else "")
+            b = names.use(ins.b) + (".T" if ins.b_transposed else "")
+            lines.append(f"  gemm {target(ins.out)} = {a} @ {b}")
+        elif isinstance(ins, Alias):
+            lines.append(f"  alias {target(ins.out)} = reshape {names.use(ins.src)}")
+        else:
+            lines.append(f"  nest over {list(ins.domain)}{flag}")
+            lines += describe_nest(ins, names, target)
     lines.append("out " + " ".join(names.use(v) for v in plan.outputs))
     return "\n".join(lines) + "\n"
 
 
-def describe(ins, names: Namer) -> str:
-    if isinstance(ins, Gemm):
-        a = names.use(ins.a) + (".T" if ins.a_transposed else "")
-        b = names.use(ins.b) + (".T" if ins.b_transposed else "")
-        return f"{a} @ {b}"
-    if isinstance(ins, Alias):
-        return f"reshape {names.use(ins.src)}"
+def describe_nest(ins: Nest, names: Namer, target) -> list[str]:
     idx = loop_vars(len(ins.domain))
-    body = describe_expr(ins.body, names, idx)
-    if isinstance(ins, Reduce):
-        return f"{ins.op}[{','.join(idx[k] for k in ins.axes)}] {body}  over {list(ins.domain)}"
-    dest = "" if ins.out_map.is_identity() else f"at [{', '.join(ins.out_map.render(idx))}] "
-    return f"{dest}{body}  over {list(ins.domain)}"
+    lines = []
+    for s in ins.stores:
+        where = "" if s.out_map.is_identity() else f"[{', '.join(s.out_map.render(idx))}] "
+        lines.append(f"    {target(s.out)} {where}= {describe_expr(s.expr, names, idx)}")
+    kept = [k for k in range(len(ins.domain)) if not ins.accumulations or k not in ins.accumulations[0].axes]
+    for a in ins.accumulations:
+        over = ",".join(idx[k] for k in a.axes)
+        total = f"{a.op}[{over}] {describe_expr(a.expr, names, idx)}"
+        finish = describe_expr(a.finish, names, [idx[k] for k in kept]).replace("acc", f"({total})") \
+            if a.finish != Acc() else total
+        lines.append(f"    {target(a.out)} = {finish}")
+    return lines
 
 
 def describe_expr(e, names: Namer, idx) -> str:
+    if isinstance(e, Acc):
+        return "acc"
     if isinstance(e, Const):
         return literal(e.value, e.dtype).replace("np.", "")
     if isinstance(e, Load):
@@ -237,6 +279,3 @@ def describe_expr(e, names: Namer, idx) -> str:
         return f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})"
     params = "".join(f" {k}={v}" for k, v in e.params)
     return f"{e.op}({', '.join(describe_expr(a, names, idx) for a in e.args)}{params})"
-
-
-__all__ = ["render", "describe_plan", "literal", "dtype_name"]

@@ -5,11 +5,11 @@ consumer (MoA psi-composition), so a connected region of element-wise ops and vi
 loop nest, across forward and backward alike, and the element-wise producers of a reduction run
 inside the reduction loop.
 
-Cost rule for a value with several consumers: it is recomputed in each of them while its
-inlined expression is cheap (at most ``RECOMPUTE_LIMIT`` arithmetic ops, no transcendental
-function or division, which count ``EXPENSIVE``), and materialised once otherwise. A value read
-through a broadcast (its consumer is larger, so each element would be recomputed many times)
-is inlined only if it costs at most one op.
+Cost rule for a value computed more than once per element (it has several consumers, or a
+consumer reads it through a broadcast): it is recomputed while its inlined expression is cheap
+(at most ``RECOMPUTE_LIMIT`` arithmetic ops; a transcendental function or a division counts
+``EXPENSIVE``), and materialised once otherwise. Broadcast reads along inner loops are loop
+invariants that LLVM hoists, so cheap ones cost little.
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ _OP_COST = {op: EXPENSIVE for op in ("exp", "log", "log1p", "sqrt", "sin", "cos"
 KERNELS = (MATMUL, REDUCE, STRUCTURAL)
 
 
-def is_alias(b: Binding) -> bool:
-    """A reshape that really regroups axes: a free view of its (contiguous) operand's buffer."""
+def regroups_axes(b: Binding) -> bool:
+    """A reshape that is not an index map (it merges or splits axes)."""
     return b.op == "reshape" and not is_unit_reshape(b.inputs[0].shape, b.out.shape)
 
 
@@ -54,17 +54,26 @@ class Fusion:
                     self.consumers[id(x)].append(b)
         self.outputs = {id(v) for v in program.outputs}
         self.roots = {id(v) for v in program.inputs} | {id(v) for v, _ in program.consts} | self.outputs
-        self.roots |= {id(b.out) for b in program.bindings if OPS[b.op].kind in KERNELS or is_alias(b)}
+        # Reshapes that become free views of their operand's (contiguous) buffer.
+        self.aliases = {id(b.out) for b in program.bindings if regroups_axes(b)}
+        self.roots |= {id(b.out) for b in program.bindings if OPS[b.op].kind in KERNELS} | self.aliases
         while self._grow_roots():
             pass
 
     def is_root(self, v: Var) -> bool:
         return id(v) in self.roots
 
+    def is_alias(self, v: Var) -> bool:
+        return id(v) in self.aliases
+
     def _grow_roots(self) -> bool:
         before = len(self.roots)
         for b in self.program.bindings:
             for x in self._needed_buffers(b):
+                source = self.producer.get(id(x))
+                if source is not None and source.op == "reshape" and not self.is_root(x):
+                    self.aliases.add(id(x))  # a reshaped BLAS operand: view it, do not copy it
+                    self.roots.add(id(source.inputs[0]))
                 self.roots.add(id(x))
             if id(b.out) not in self.roots and self._worth_materialising(b):
                 self.roots.add(id(b.out))
@@ -72,7 +81,7 @@ class Fusion:
 
     def _needed_buffers(self, b: Binding) -> list[Var]:
         """Operands that must be contiguous arrays: BLAS operands and the source of an alias."""
-        if is_alias(b):
+        if self.is_alias(b.out):
             return [b.inputs[0]]
         if OPS[b.op].kind != MATMUL:
             return []
@@ -86,12 +95,9 @@ class Fusion:
         kind = OPS[b.op].kind
         if kind not in (ELEMENTWISE, SOURCE):
             return False
-        cost = self.cost(b.out)
         users = self.consumers[id(b.out)]
-        if len(users) > 1 and cost > RECOMPUTE_LIMIT:
-            return True
-        return cost > 1 and any(u.out.type.size > b.out.type.size and OPS[u.op].kind in (ELEMENTWISE, VIEW)
-                                for u in users)
+        repeated = len(users) > 1 or any(u.out.type.size > b.out.type.size for u in users)
+        return repeated and self.cost(b.out) > RECOMPUTE_LIMIT
 
     def cost(self, v: Var) -> int:
         """Arithmetic ops needed to recompute one element of ``v`` from buffers."""

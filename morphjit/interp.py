@@ -33,7 +33,7 @@ def run(program: Program, *args) -> list[np.ndarray]:
 
 def run_plan(plan, *args) -> list[np.ndarray]:
     """Execute a replay plan's instructions in order, every pooled value in its planned slot."""
-    from .plan import Alias, Gemm, Loop, Reduce  # the plan stage comes after this executor
+    from .plan import Alias, Gemm  # the plan stage comes after this executor
 
     pool = [np.zeros(slot.size, slot.dtype) for slot in plan.slots]
     memory = {id(v): np.asarray(a, v.dtype) for v, a in zip(plan.inputs, args)}
@@ -53,15 +53,26 @@ def run_plan(plan, *args) -> list[np.ndarray]:
                 a = _swap_last(buffer(ins.a)) if ins.a_transposed else buffer(ins.a)
                 b = _swap_last(buffer(ins.b)) if ins.b_transposed else buffer(ins.b)
                 buffer(ins.out)[...] = np.matmul(a, b)
-            elif isinstance(ins, Reduce):
-                values = _evaluate(ins.body, ins.domain, buffer)
-                buffer(ins.out)[...] = OPS[ins.op].impl(values, axes=ins.axes)
             else:
-                assert isinstance(ins, Loop)
-                values = _evaluate(ins.body, ins.domain, buffer)
-                target = tuple(np.broadcast_to(i, ins.domain) for i in _affine(ins.out_map, ins.domain))
-                buffer(ins.out)[target] = values
+                _run_nest(ins, buffer)
     return [np.array(memory[id(v)], copy=True) for v in plan.outputs]
+
+
+def _run_nest(nest, buffer) -> None:
+    """Every value of the nest over the whole domain first, then the stores and the reductions."""
+    from .indexing import IndexMap
+    from .plan import Load
+
+    known = {}
+    for s in nest.stores:
+        known[Load(s.out, IndexMap.identity(len(nest.domain)))] = _evaluate(s.expr, nest.domain, buffer, known)
+    terms = [_evaluate(a.expr, nest.domain, buffer, known) for a in nest.accumulations]
+    for s in nest.stores:
+        target = tuple(np.broadcast_to(i, nest.domain) for i in _affine(s.out_map, nest.domain))
+        buffer(s.out)[target] = known[Load(s.out, IndexMap.identity(len(nest.domain)))]
+    for a, values in zip(nest.accumulations, terms):
+        total = np.asarray(OPS[a.op].impl(values, axes=a.axes))
+        buffer(a.out)[...] = _evaluate(a.finish, a.out.shape, buffer, {}, acc=total)
 
 
 def _swap_last(a: np.ndarray) -> np.ndarray:
@@ -75,19 +86,23 @@ def _affine(imap, domain) -> list[np.ndarray]:
             for o, row in zip(imap.offsets, imap.coeffs)]
 
 
-def _evaluate(expr, domain, buffer) -> np.ndarray:
+def _evaluate(expr, domain, buffer, known, acc=None) -> np.ndarray:
     """A loop body evaluated at every point of the domain at once."""
-    from .plan import Apply, Const, Load, OneHot
+    from .plan import Acc, Apply, Const, Load, OneHot
 
+    if expr in known:
+        return known[expr]
+    if isinstance(expr, Acc):
+        return acc
     if isinstance(expr, Const):
         return np.full(domain, expr.value, expr.dtype)
     if isinstance(expr, Load):
         index = tuple(_affine(expr.imap, domain))
         return buffer(expr.var)[index] if index else np.full(domain, buffer(expr.var)[()])
     if isinstance(expr, OneHot):
-        labels = _evaluate(expr.labels, domain, buffer)
+        labels = _evaluate(expr.labels, domain, buffer, known)
         (klass,) = _affine(expr.klass, domain)
         return (labels == klass).astype(expr.dtype)
     assert isinstance(expr, Apply)
-    args = [_evaluate(a, domain, buffer) for a in expr.args]
+    args = [_evaluate(a, domain, buffer, known, acc) for a in expr.args]
     return np.asarray(OPS[expr.op].impl(*args, **dict(expr.params)), expr.dtype)

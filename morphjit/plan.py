@@ -1,10 +1,13 @@
 """The replay plan: instructions over buffers, with fused loop bodies and a liveness-planned pool.
 
 Instruction selection follows the fusion decisions: every materialised value becomes one
-instruction (a GEMM, a loop nest, a reduction, a reshape alias, or the loops of a structural
-op) whose loop body is the composed scalar expression of the values inlined into it, each
-reading its buffer through a resolved index map. The planner then gives each buffer a pool slot
-by liveness over the linear schedule; a loop whose input dies at it and is read at the very
+instruction (a GEMM, a loop nest, a reshape alias, or the loop nests of a structural op) whose
+loop body is the composed scalar expression of the values inlined into it, each reading its
+buffer through a resolved index map. Two rewrites then save passes over memory: adjacent loop
+nests over the same domain merge into one nest with several outputs (an activation and the
+column sums of its gradient, a maximum and a picked logit), and an element-wise finish of a
+reduction (the ``/ n`` of a mean) runs on its accumulator. The planner gives each buffer a pool
+slot by liveness over the linear schedule; a nest whose input dies at it and is read at the very
 element it writes (a GEMM epilogue, for instance) writes in place over that input.
 """
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fusion import Fusion, blas_transpose_source, is_alias
+from .fusion import Fusion, blas_transpose_source
 from .indexing import (IndexMap, broadcast_map, drop_axes_map, is_unit_reshape, slice_map,
                        transpose_map, unit_reshape_map)
 from .ir import Lit, Program, TensorType, Var
@@ -51,6 +54,11 @@ class OneHot:
     dtype: np.dtype
 
 
+@dataclass(frozen=True)
+class Acc:
+    """The accumulator of a reduction, in the expression that finishes it."""
+
+
 def loads(expr) -> list[Load]:
     if isinstance(expr, Load):
         return [expr]
@@ -74,33 +82,47 @@ class Gemm:
     a_transposed: bool
     b_transposed: bool
 
+    @property
+    def outs(self) -> list[Var]:
+        return [self.out]
+
     def reads(self):
         return [self.a, self.b]
 
 
-@dataclass(frozen=True, eq=False)
-class Loop:
-    """for i in domain: out[out_map(i)] = body(i)."""
+@dataclass(frozen=True)
+class Store:
+    """out[out_map(i)] = expr(i)."""
     out: Var
-    domain: tuple[int, ...]
     out_map: IndexMap
-    body: object
-
-    def reads(self):
-        return [x.var for x in loads(self.body)]
+    expr: object
 
 
-@dataclass(frozen=True, eq=False)
-class Reduce:
-    """out[kept(i)] = combine over the reduced axes of body(i), for i in domain."""
+@dataclass(frozen=True)
+class Accumulate:
+    """out[kept(i)] = finish(combine over the reduced axes of expr(i))."""
     out: Var
     op: str
-    domain: tuple[int, ...]
     axes: tuple[int, ...]
-    body: object
+    expr: object
+    finish: object = Acc()
+
+
+@dataclass(frozen=True, eq=False)
+class Nest:
+    """One loop nest over ``domain`` computing several stores and reductions per element."""
+    domain: tuple[int, ...]
+    stores: tuple[Store, ...] = ()
+    accumulations: tuple[Accumulate, ...] = ()
+
+    @property
+    def outs(self) -> list[Var]:
+        return [s.out for s in self.stores] + [a.out for a in self.accumulations]
 
     def reads(self):
-        return [x.var for x in loads(self.body)]
+        exprs = [s.expr for s in self.stores] + [e for a in self.accumulations for e in (a.expr, a.finish)]
+        mine = {id(v) for v in self.outs}
+        return [x.var for e in exprs for x in loads(e) if id(x.var) not in mine]
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,6 +130,10 @@ class Alias:
     """out is src reshaped: a view of src's buffer, no code beyond the reshape."""
     out: Var
     src: Var
+
+    @property
+    def outs(self) -> list[Var]:
+        return [self.out]
 
     def reads(self):
         return [self.src]
@@ -152,7 +178,7 @@ class Selector:
         for b in self.fusion.program.bindings:
             if self.fusion.is_root(b.out):
                 result += self.select(b)
-        return result
+        return inline_private_stores(merge_nests(fold_finishes(result, self.fusion.outputs)), self.fusion.outputs)
 
     def select(self, b) -> list:
         kind, out = OPS[b.op].kind, b.out
@@ -160,15 +186,16 @@ class Selector:
             return [self.gemm(b)]
         if kind == REDUCE:
             x = b.inputs[0]
-            return [Reduce(out, b.op, x.shape, b.kwargs["axes"], self.expr(x, IndexMap.identity(x.ndim)))]
-        if is_alias(b):
+            body = self.expr(x, IndexMap.identity(x.ndim))
+            return [Nest(x.shape, accumulations=(Accumulate(out, b.op, b.kwargs["axes"], body),))]
+        if self.fusion.is_alias(out):
             return [Alias(out, b.inputs[0])]
         if b.op == "concatenate":
             return self.concatenate(b)
         if b.op == "unslice":
             return self.unslice(b)
         assert kind in (ELEMENTWISE, VIEW, SOURCE), b.op
-        return [Loop(out, out.shape, IndexMap.identity(out.ndim), self.binding_expr(b, IndexMap.identity(out.ndim)))]
+        return [loop(out, self.binding_expr(b, IndexMap.identity(out.ndim)))]
 
     def gemm(self, b) -> Gemm:
         operands = []
@@ -183,15 +210,14 @@ class Selector:
         for x in b.inputs:
             offsets = tuple(start if k == axis else 0 for k in range(x.ndim))
             out_map = IndexMap(offsets, IndexMap.identity(x.ndim).coeffs)
-            parts.append(Loop(b.out, x.shape, out_map, self.expr(x, IndexMap.identity(x.ndim))))
+            parts.append(Nest(x.shape, (Store(b.out, out_map, self.expr(x, IndexMap.identity(x.ndim))),)))
             start += x.shape[axis]
         return parts
 
     def unslice(self, b) -> list:
         g, kw = b.inputs[0], b.kwargs
-        zeros = Loop(b.out, b.out.shape, IndexMap.identity(b.out.ndim), Const(0, b.out.dtype))
-        scatter = Loop(b.out, g.shape, slice_map(kw["starts"], kw["steps"]), self.expr(g, IndexMap.identity(g.ndim)))
-        return [zeros, scatter]
+        scatter = Store(b.out, slice_map(kw["starts"], kw["steps"]), self.expr(g, IndexMap.identity(g.ndim)))
+        return [loop(b.out, Const(0, b.out.dtype)), Nest(g.shape, (scatter,))]
 
 
 def view_map(b) -> IndexMap:
@@ -205,6 +231,100 @@ def view_map(b) -> IndexMap:
         return slice_map(kw["starts"], kw["steps"])
     assert b.op == "reshape" and is_unit_reshape(x.shape, b.out.shape), b.op
     return unit_reshape_map(x.shape, b.out.shape)
+
+
+def loop(out: Var, expr) -> Nest:
+    """A nest computing ``out`` element by element."""
+    return Nest(out.shape, (Store(out, IndexMap.identity(out.ndim), expr),))
+
+
+def elementwise_store(ins) -> Store | None:
+    """The single store of a nest writing every element of its output in order, if it is one."""
+    if not isinstance(ins, Nest) or ins.accumulations or len(ins.stores) != 1:
+        return None
+    store = ins.stores[0]
+    return store if store.out_map.is_identity() and ins.domain == store.out.shape else None
+
+
+def fold_finishes(instructions: list, outputs: set[int]) -> list:
+    """Run an element-wise nest that only finishes a reduction on the reduction's accumulator."""
+    result = []
+    for ins in instructions:
+        prev = result[-1] if result else None
+        store = elementwise_store(ins)
+        acc = prev.accumulations[-1] if isinstance(prev, Nest) and prev.accumulations else None
+        if store is None or acc is None or id(acc.out) in outputs or store.out.shape != acc.out.shape:
+            result.append(ins)
+            continue
+        reads = [x for x in loads(store.expr) if x.var is acc.out]
+        others_read_it = any(acc.out in i.reads() for i in instructions if i is not ins and i is not prev)
+        if not reads or others_read_it or not all(x.imap.is_identity() for x in reads):
+            result.append(ins)
+            continue
+        finish = replace_loads(store.expr, acc.out, acc.finish)
+        folded = Accumulate(store.out, acc.op, acc.axes, acc.expr, finish)
+        result[-1] = Nest(prev.domain, prev.stores, prev.accumulations[:-1] + (folded,))
+    return result
+
+
+def replace_loads(expr, var, by):
+    """``expr`` with every load of ``var`` replaced by ``by`` (an accumulator stays itself)."""
+    if isinstance(expr, Load):
+        return by if expr.var is var else expr
+    if isinstance(expr, Apply):
+        return Apply(expr.op, tuple(replace_loads(a, var, by) for a in expr.args), expr.params, expr.dtype)
+    if isinstance(expr, OneHot):
+        return OneHot(replace_loads(expr.labels, var, by), expr.klass, expr.dtype)
+    return expr
+
+
+def merge_nests(instructions: list) -> list:
+    """Merge adjacent nests over one domain into one nest with several outputs."""
+    result = []
+    for ins in instructions:
+        prev = result[-1] if result else None
+        if isinstance(prev, Nest) and isinstance(ins, Nest) and can_merge(prev, ins):
+            result[-1] = Nest(prev.domain, prev.stores + ins.stores, prev.accumulations + ins.accumulations)
+        else:
+            result.append(ins)
+    return result
+
+
+def can_merge(first: Nest, second: Nest) -> bool:
+    """Same domain, element-wise stores, one set of reduced axes, and ``second`` reads only the
+    elements ``first`` stores in the same iteration (never a reduction ``first`` is still doing)."""
+    if first.domain != second.domain or not first.domain:
+        return False
+    stores = first.stores + second.stores
+    if not all(s.out_map.is_identity() and s.out.shape == first.domain for s in stores):
+        return False
+    if len({a.axes for a in first.accumulations + second.accumulations}) > 1:
+        return False
+    reduced = {id(a.out) for a in first.accumulations}
+    stored = {id(s.out) for s in first.stores}
+    exprs = [s.expr for s in second.stores] + [e for a in second.accumulations for e in (a.expr, a.finish)]
+    for x in (x for e in exprs for x in loads(e)):
+        if id(x.var) in reduced or (id(x.var) in stored and not x.imap.is_identity()):
+            return False
+    return True
+
+
+def inline_private_stores(instructions: list, outputs: set[int]) -> list:
+    """A store only its own nest reads (merging made it so) becomes a value of the loop body."""
+    read_elsewhere = {id(v) for ins in instructions for v in ins.reads()} | outputs
+    result = []
+    for ins in instructions:
+        if not isinstance(ins, Nest) or not ins.domain:
+            result.append(ins)
+            continue
+        stores, accumulations = list(ins.stores), list(ins.accumulations)
+        while private := next((s for s in stores if id(s.out) not in read_elsewhere), None):
+            stores = [Store(s.out, s.out_map, replace_loads(s.expr, private.out, private.expr))
+                      for s in stores if s is not private]
+            accumulations = [Accumulate(a.out, a.op, a.axes, replace_loads(a.expr, private.out, private.expr),
+                                        replace_loads(a.finish, private.out, private.expr)) for a in accumulations]
+        result.append(Nest(ins.domain, tuple(stores), tuple(accumulations)))
+    return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,8 +373,11 @@ class Plan:
                    if OPS[b.op].kind != VIEW and id(b.out) not in outs)
 
     def counts(self) -> dict[str, int]:
-        kinds = {"gemm": Gemm, "loop": Loop, "reduce": Reduce, "alias": Alias}
-        return {name: sum(isinstance(i, cls) for i in self.instructions) for name, cls in kinds.items()}
+        nests = [i for i in self.instructions if isinstance(i, Nest)]
+        return {"gemm": sum(isinstance(i, Gemm) for i in self.instructions),
+                "loop": sum(not i.accumulations for i in nests),
+                "reduce": sum(bool(i.accumulations) for i in nests),
+                "alias": sum(isinstance(i, Alias) for i in self.instructions)}
 
     def __str__(self) -> str:
         from .codegen import describe_plan  # the readable form shares the code renderer
@@ -263,22 +386,22 @@ class Plan:
 
 def make_plan(program: Program) -> Plan:
     """Select instructions for ``program`` (lowered and optimised) and plan their buffers."""
-    instructions = Selector(program).instructions()
-    outputs, copies = private_outputs(program)
+    selector = Selector(program)
+    instructions = selector.instructions()
+    outputs, copies = private_outputs(program, selector.fusion.aliases)
     plan = Plan(program, program.inputs, program.consts, outputs, instructions + copies)
     assign_slots(plan)
     return plan
 
 
-def private_outputs(program: Program) -> tuple[tuple[Var, ...], list]:
+def private_outputs(program: Program, aliases: set[int]) -> tuple[tuple[Var, ...], list]:
     """Outputs get buffers of their own: copy those that are inputs, aliases or repeated."""
     external = {id(v) for v in program.inputs} | {id(v) for v, _ in program.consts}
-    aliases = {id(b.out) for b in program.bindings if is_alias(b)}
     seen, outputs, copies = set(), [], []
     for v in program.outputs:
         if id(v) in external or id(v) in aliases or id(v) in seen:
             copy = Var(v.type)
-            copies.append(Loop(copy, v.shape, IndexMap.identity(v.ndim), Load(v, IndexMap.identity(v.ndim))))
+            copies.append(loop(copy, Load(v, IndexMap.identity(v.ndim))))
             v = copy
         seen.add(id(v))
         outputs.append(v)
@@ -291,23 +414,27 @@ def assign_slots(plan: Plan) -> None:
     dies_at = last_touches(plan)
     free: list[int] = []
     for t, ins in enumerate(plan.instructions):
-        out, donor = ins.out, None
-        if not isinstance(ins, Alias) and id(out) not in fixed and id(out) not in plan.slot_of:
-            donor = in_place_donor(ins, dies_at[t], plan)
+        donors: list[Var] = []
+        for out in ins.outs:
+            if isinstance(ins, Alias) or id(out) in fixed or id(out) in plan.slot_of:
+                continue
+            candidates = [v for v in dies_at[t] if v not in donors and v not in ins.outs]
+            donor = in_place_donor(ins, out, candidates, plan)
             if donor is not None:
+                donors.append(donor)
                 plan.slot_of[id(out)] = plan.slot_of[id(donor)]
                 plan.in_place.add(id(ins))
             else:
                 plan.slot_of[id(out)] = take_slot(plan.slots, free, out.type)
-        free += [plan.slot_of[id(v)] for v in dies_at[t]
-                 if id(v) in plan.slot_of and v is not out and v is not donor]
+        kept = {id(v) for v in ins.outs + donors}
+        free += [plan.slot_of[id(v)] for v in dies_at[t] if id(v) in plan.slot_of and id(v) not in kept]
 
 
 def last_touches(plan: Plan) -> list[list[Var]]:
     """For each instruction, the buffers read or written for the last time there."""
     last: dict[int, tuple[int, Var]] = {}
     for t, ins in enumerate(plan.instructions):
-        for v in ins.reads() + [ins.out]:
+        for v in ins.reads() + ins.outs:
             owner = plan.buffer_of(v)
             last[id(owner)] = (t, owner)
     dies_at: list[list[Var]] = [[] for _ in plan.instructions]
@@ -316,15 +443,17 @@ def last_touches(plan: Plan) -> list[list[Var]]:
     return dies_at
 
 
-def in_place_donor(ins, dying: list[Var], plan: Plan) -> Var | None:
-    """An input of a loop that dies here and is read only at the element being written."""
-    if not isinstance(ins, Loop) or not ins.out_map.is_identity() or ins.domain != ins.out.shape:
+def in_place_donor(ins, out: Var, dying: list[Var], plan: Plan) -> Var | None:
+    """An input of a nest that dies there and is read only at the element ``out`` is written."""
+    if not isinstance(ins, Nest) or ins.domain != out.shape:
         return None
-    body_loads = loads(ins.body)
+    if not any(s.out is out and s.out_map.is_identity() for s in ins.stores):
+        return None
+    body_loads = [x for e in [s.expr for s in ins.stores] + [a.expr for a in ins.accumulations]
+                  for x in loads(e)]
     for v in dying:
-        if (id(v) in plan.slot_of and v.type == ins.out.type
-                and all(x.imap.is_identity() for x in body_loads if x.var is v)
-                and any(x.var is v for x in body_loads)):
+        reads = [x for x in body_loads if x.var is v]
+        if id(v) in plan.slot_of and v.type == out.type and reads and all(x.imap.is_identity() for x in reads):
             return v
     return None
 

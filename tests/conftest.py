@@ -1,9 +1,15 @@
 """Shared helpers for the core tests: trace + verify + text round trip + run, and NumPy comparison."""
+import os
+from pathlib import Path
+
 import numpy as np
 
 import morphjit as mj
 from morphjit import pytree
 from morphjit.ir import Lit, parse
+
+# Compiled steps go to a cache inside the checkout, never the user's own cache; re-runs reuse it.
+os.environ.setdefault("MORPHJIT_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "morphjit"))
 
 
 def trace_checked(fn, *args):
