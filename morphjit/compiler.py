@@ -140,6 +140,32 @@ class Step:
         it = iter(grads)
         return [build(it) for build in self._builders]
 
+    def run_into(self, leaves, out: list) -> np.ndarray:
+        """Run with the gradients written into ``out``; returns the loss."""
+        if isinstance(self.run, NativeStep):
+            return self.run(*leaves, out=out)[0]
+        outputs = self.run(*leaves)
+        for target, value in zip(out, outputs[1:]):
+            np.copyto(target, value)
+        return outputs[0]
+
+    def check_out(self, out, single: bool, leaves) -> list:
+        """The arrays of an ``out=`` tree, checked against the gradients they will receive."""
+        arrays, treedef = pytree.flatten(out)
+        children = tuple(self.spec.arg_treedef(i) for i in self.spec.argnums)
+        expected = children[0] if single else pytree.TreeDef(tuple, (), children)
+        if treedef != expected:
+            raise TracingError(f"out= must have the structure of the gradients, {expected}; got {treedef}")
+        paths = pytree.leaf_paths(treedef, "out")
+        inputs = {id(x) for x in leaves}
+        for path, array, v in zip(paths, arrays, self.program.outputs[1:]):
+            if not (isinstance(array, np.ndarray) and array.shape == v.shape and array.dtype == v.dtype
+                    and array.flags.c_contiguous and array.flags.writeable):
+                raise DtypeError(f"{path} must be a writeable C-contiguous {v.dtype} array of shape {v.shape}")
+            if id(array) in inputs:
+                raise TracingError(f"{path} is also an argument of the call; gradients cannot overwrite inputs")
+        return arrays
+
 
 class CompiledLoss:
     """A loss function compiled, per input signature, into a step returning (loss, gradients)."""
@@ -153,8 +179,12 @@ class CompiledLoss:
         self._steps: dict = {}
         self._hits = self._misses = 0
 
-    def __call__(self, *args):
+    def __call__(self, *args, out=None):
+        """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
+        there and ``out`` is returned, so a steady-state call allocates no gradient arrays."""
         step, leaves = self._step(args)
+        if out is not None:
+            return step.run_into(leaves, step.check_out(out, self._single, leaves))[()], out
         outputs = step.run(*leaves)
         trees = step.gradient_trees(outputs[1:])
         return outputs[0][()], trees[0] if self._single else tuple(trees)

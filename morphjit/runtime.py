@@ -24,11 +24,18 @@ class NativeStep:
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
         self.call = self._first_call
 
-    def __call__(self, *leaves):
+    def __call__(self, *leaves, out=None):
+        """Run the step; ``out`` (checked by the caller) receives the outputs after the first."""
         inputs = [x if type(x) is np.ndarray and x.dtype is dtype and x.ndim and x.flags.c_contiguous
                   else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
-        outputs = [np.empty(shape, dtype) for shape, dtype in self.output_buffers]
+        if out is None:
+            outputs = [np.empty(shape, dtype) for shape, dtype in self.output_buffers]
+        else:
+            outputs = [np.empty(*self.output_buffers[0])] + [o.reshape(shape) for o, (shape, _) in
+                                                             zip(out, self.output_buffers[1:])]
         self.call(*inputs, *self.fixed, *outputs)
+        if out is not None:
+            return [outputs[0].reshape(())] + list(out)
         for i in self.scalar_outputs:
             outputs[i] = outputs[i].reshape(())
         return outputs

@@ -117,3 +117,27 @@ def test_generated_source_is_deterministic():
     (source,) = sources
     assert source.startswith("# morphjit step for program 'loss'")
     assert "np.dot(" in source and ".T" in source
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_out_receives_the_gradients(backend):
+    fn, (params, x, y) = MODELS["mlp2"](np.float64)
+    step = mj.compile_loss(fn, backend=backend)
+    value, grads = step(params, x, y)
+    out = {k: np.full_like(v, np.nan) for k, v in params.items()}
+    out_value, returned = step(params, x, y, out=out)
+    assert returned is out and out_value == value
+    for k in params:
+        np.testing.assert_array_equal(out[k], grads[k])
+
+
+def test_out_is_checked():
+    fn, (params, x, y) = MODELS["mlp2"](np.float64)
+    step = mj.compile_loss(fn)
+    bad_shape = {k: np.zeros(v.shape + (1,)) for k, v in params.items()}
+    with pytest.raises(mj.DtypeError, match=r"out\['W1'\] must be a writeable C-contiguous float64 array"):
+        step(params, x, y, out=bad_shape)
+    with pytest.raises(mj.TracingError, match="structure of the gradients"):
+        step(params, x, y, out=[np.zeros(3)])
+    with pytest.raises(mj.TracingError, match=r"out\['W1'\] is also an argument"):
+        step(params, x, y, out=dict(params))
