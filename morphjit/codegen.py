@@ -15,7 +15,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map
 from .ir import Namer, Var, dtype_name
 from .ops import OPS
-from .plan import Acc, Alias, Apply, Const, Gemm, Load, Nest, OneHot, Plan
+from .plan import Acc, Alias, Apply, Const, Gemm, Load, Nest, OneHot, Plan, RowNest
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add.
@@ -152,20 +152,24 @@ class StepWriter:
             name = f"{name}[{', '.join(rows)}]"
         return name + (".T" if transposed else "")
 
-    def nest(self, ins: Nest) -> None:
-        """One loop nest: every value of the body first, then the stores, then the reductions."""
+    def nest(self, ins: Nest, bound: int = 0) -> None:
+        """One loop nest: every value of the body first, then the stores, then the reductions.
+
+        The loops of the first ``bound`` axes are already open (the rows of a row nest).
+        """
         out, n, accs = self.out, len(ins.domain), ins.accumulations
         idx = loop_vars(n)
         axes = accs[0].axes if accs else ()
         kept = [k for k in range(n) if k not in axes]
         in_registers = kept == list(range(len(kept)))  # reduced axes innermost
+        assert in_registers or not bound, "a row nest part accumulates in registers"
         targets = [element(self.names.name(a.out), IndexMap.identity(len(kept)), [idx[k] for k in kept])
                    for a in accs]
         if not in_registers:
             for a in accs:
                 self.fill_loop(a.out, literal(OPS[a.op].init, a.out.dtype))
-        open_loops(out, [ins.domain[k] for k in kept] if in_registers else ins.domain,
-                   [idx[k] for k in kept] if in_registers else idx)
+        outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
+        open_loops(out, [ins.domain[k] for k in outer], [idx[k] for k in outer])
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
         if in_registers:
             for acc, a in zip(accumulators, accs):
@@ -181,15 +185,38 @@ class StepWriter:
             out.line(f"{element(self.names.name(s.out), s.out_map, idx)} = {v}")
         for acc, a, x in zip(accumulators, accs, terms):
             out.line(f"{acc} = {OPS[a.op].combine(acc, x)}")
-        out.depth -= len(axes) if in_registers else n
         if in_registers:
+            out.depth -= len(axes)
             for acc, a, target in zip(accumulators, accs, targets):
                 out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")
-            out.depth -= len(kept)
-        else:
+        out.depth -= len(outer)
+        if not in_registers:
             for a in accs:
                 if a.finish != Acc():
                     self.finish_loop(a)
+
+    def rownest(self, ins: RowNest) -> None:
+        """Shared outer loops; inside, each part's inner loops in order. A part over the rows
+        alone that reduces them accumulates across the outer loops."""
+        out, p = self.out, len(ins.prefix)
+        idx = loop_vars(p)
+        across = [a for part in ins.parts for a in part.accumulations if min(a.axes) < p]
+        names = {id(a): f"racc{k}" for k, a in enumerate(across)}
+        for a in across:
+            out.line(f"{names[id(a)]} = {literal(OPS[a.op].init, a.out.dtype)}")
+        open_loops(out, ins.prefix, idx)
+        for part in ins.parts:
+            if any(id(a) in names for a in part.accumulations):
+                body = Body(out, self.names, idx)
+                for a in part.accumulations:
+                    x = body.value(a.expr)
+                    out.line(f"{names[id(a)]} = {OPS[a.op].combine(names[id(a)], x)}")
+            else:
+                self.nest(part, bound=p)
+        out.depth -= p
+        for a in across:
+            out.line(f"{element(self.names.name(a.out), IndexMap.identity(0), [])} = "
+                     f"{self.finished(a, names[id(a)], [])}")
 
     def fill_loop(self, v: Var, value: str) -> None:
         idx = loop_vars(len(v.shape))
@@ -245,6 +272,11 @@ def describe_plan(plan: Plan) -> str:
             lines.append(f"  gemm {target(ins.out)} = {a} @ {b}")
         elif isinstance(ins, Alias):
             lines.append(f"  alias {target(ins.out)} = reshape {names.use(ins.src)}")
+        elif isinstance(ins, RowNest):
+            lines.append(f"  rows over {list(ins.prefix)}{flag}")
+            for part in ins.parts:
+                lines.append(f"    nest over {list(part.domain)}")
+                lines += ["  " + line for line in describe_nest(part, names, target)]
         else:
             lines.append(f"  nest over {list(ins.domain)}{flag}")
             lines += describe_nest(ins, names, target)

@@ -53,8 +53,9 @@ def run_plan(plan, *args) -> list[np.ndarray]:
                 a = _swap_last(buffer(ins.a)) if ins.a_transposed else buffer(ins.a)
                 b = _swap_last(buffer(ins.b)) if ins.b_transposed else buffer(ins.b)
                 buffer(ins.out)[...] = np.matmul(a, b)
-            else:
-                _run_nest(ins, buffer)
+            else:  # a row nest's parts read earlier parts row by row: whole parts in order agree
+                for nest in getattr(ins, "parts", (ins,)):
+                    _run_nest(nest, buffer)
     return [np.array(memory[id(v)], copy=True) for v in plan.outputs]
 
 

@@ -126,6 +126,27 @@ class Nest:
 
 
 @dataclass(frozen=True, eq=False)
+class RowNest:
+    """Nests sharing their outer loops: for each index of ``prefix``, the parts run in order.
+
+    A part reads what an earlier part computed for the same outer index only, so a row-wise
+    chain (softmax: maximum, then exponentials and their sum, then the loss) is one pass over
+    the rows while each row is in cache. A part whose domain is the prefix itself may reduce
+    over all of it (the loss summed over the rows).
+    """
+    prefix: tuple[int, ...]
+    parts: tuple[Nest, ...]
+
+    @property
+    def outs(self) -> list[Var]:
+        return [v for part in self.parts for v in part.outs]
+
+    def reads(self):
+        mine = {id(v) for v in self.outs}
+        return [v for part in self.parts for v in part.reads() if id(v) not in mine]
+
+
+@dataclass(frozen=True, eq=False)
 class Alias:
     """out is src reshaped: a view of src's buffer, no code beyond the reshape."""
     out: Var
@@ -178,7 +199,8 @@ class Selector:
         for b in self.fusion.program.bindings:
             if self.fusion.is_root(b.out):
                 result += self.select(b)
-        return inline_private_stores(merge_nests(fold_finishes(result, self.fusion.outputs)), self.fusion.outputs)
+        nests = inline_private_stores(merge_nests(fold_finishes(result, self.fusion.outputs)), self.fusion.outputs)
+        return fuse_rows(nests)
 
     def select(self, b) -> list:
         kind, out = OPS[b.op].kind, b.out
@@ -327,6 +349,77 @@ def inline_private_stores(instructions: list, outputs: set[int]) -> list:
     return result
 
 
+def fuse_rows(instructions: list) -> list:
+    """Run adjacent nests that share outer loops, and read each other only row by row, as parts
+    of one row nest."""
+    result = []
+    for ins in instructions:
+        prev = result[-1] if result else None
+        fused = row_fusion(prev, ins) if isinstance(ins, Nest) and isinstance(prev, (Nest, RowNest)) else None
+        if fused is None:
+            result.append(ins)
+        else:
+            result[-1] = fused
+    return result
+
+
+def row_fusion(prev, ins: Nest) -> RowNest | None:
+    """``prev`` and ``ins`` as one row nest, over the longest outer prefix that allows it."""
+    parts = (prev.parts if isinstance(prev, RowNest) else (prev,)) + (ins,)
+    if isinstance(prev, RowNest):
+        candidates = [prev.prefix]
+    else:
+        shared = shared_prefix(prev.domain, ins.domain)
+        candidates = [shared[:p] for p in range(len(shared), 0, -1)]
+    for prefix in candidates:
+        p = len(prefix)
+        if ins.domain[:p] == prefix and all(row_part(part, p) for part in parts) \
+                and reads_by_row(parts[:-1], ins, p):
+            return RowNest(prefix, parts)
+    return None
+
+
+def shared_prefix(a, b) -> tuple[int, ...]:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return tuple(a[:n])
+
+
+def row_part(part: Nest, p: int) -> bool:
+    """Can ``part`` run inside ``p`` shared outer loops? Its stores write whole rows, and it
+    reduces inner axes only (innermost), or, over the prefix alone, all of it."""
+    if not all(s.out_map.is_identity() and s.out.shape == part.domain for s in part.stores):
+        return False
+    n = len(part.domain)
+    return all(a.axes == tuple(range(n - len(a.axes), n)) and min(a.axes) >= p
+               or (n == p and a.axes == tuple(range(p)) and not part.stores)
+               for a in part.accumulations)
+
+
+def reads_by_row(parts, later: Nest, p: int) -> bool:
+    """Does ``later`` read what ``parts`` compute only within the same outer index (and never a
+    reduction over the rows)?"""
+    row_wide = {id(a.out) for part in parts for a in part.accumulations if min(a.axes) < p}
+    produced = {id(v) for part in parts for v in part.outs}
+    exprs = [s.expr for s in later.stores] + [e for a in later.accumulations for e in (a.expr, a.finish)]
+    for x in (x for e in exprs for x in loads(e)):
+        if id(x.var) in row_wide:
+            return False
+        if id(x.var) in produced and not same_row(x.imap, p):
+            return False
+    return True
+
+
+def same_row(imap: IndexMap, p: int) -> bool:
+    """The first ``p`` axes are read at the outer loop indices, and no other axis depends on them."""
+    if len(imap.offsets) < p:
+        return False
+    outer = all(imap.offsets[k] == 0 and tuple(imap.coeffs[k]) == tuple(int(j == k) for j in range(imap.loop_ndim))
+                for k in range(p))
+    return outer and all(not any(row[:p]) for row in imap.coeffs[p:])
+
+
 # ---------------------------------------------------------------------------------------------
 # The plan and its buffers
 
@@ -373,10 +466,10 @@ class Plan:
                    if OPS[b.op].kind != VIEW and id(b.out) not in outs)
 
     def counts(self) -> dict[str, int]:
-        nests = [i for i in self.instructions if isinstance(i, Nest)]
+        nests = [i for i in self.instructions if isinstance(i, (Nest, RowNest))]
+        reduces = [any(p.accumulations for p in getattr(i, "parts", (i,))) for i in nests]
         return {"gemm": sum(isinstance(i, Gemm) for i in self.instructions),
-                "loop": sum(not i.accumulations for i in nests),
-                "reduce": sum(bool(i.accumulations) for i in nests),
+                "loop": reduces.count(False), "reduce": reduces.count(True),
                 "alias": sum(isinstance(i, Alias) for i in self.instructions)}
 
     def __str__(self) -> str:
@@ -444,18 +537,28 @@ def last_touches(plan: Plan) -> list[list[Var]]:
 
 
 def in_place_donor(ins, out: Var, dying: list[Var], plan: Plan) -> Var | None:
-    """An input of a nest that dies there and is read only at the element ``out`` is written."""
-    if not isinstance(ins, Nest) or ins.domain != out.shape:
+    """An input that dies here and is read only at the element ``out`` is written (and, in a row
+    nest, only in the same row and not after the part writing ``out``)."""
+    parts = ins.parts if isinstance(ins, RowNest) else (ins,) if isinstance(ins, Nest) else ()
+    writer = next((k for k, part in enumerate(parts) if any(s.out is out and s.out_map.is_identity()
+                                                           and part.domain == out.shape for s in part.stores)), None)
+    if writer is None:
         return None
-    if not any(s.out is out and s.out_map.is_identity() for s in ins.stores):
-        return None
-    body_loads = [x for e in [s.expr for s in ins.stores] + [a.expr for a in ins.accumulations]
-                  for x in loads(e)]
+    p = len(ins.prefix) if isinstance(ins, RowNest) else len(out.shape)
     for v in dying:
-        reads = [x for x in body_loads if x.var is v]
-        if id(v) in plan.slot_of and v.type == out.type and reads and all(x.imap.is_identity() for x in reads):
+        if id(v) not in plan.slot_of or v.type != out.type:
+            continue
+        reads = [(k, x) for k, part in enumerate(parts) for x in part_loads(part) if x.var is v]
+        if (any(k == writer for k, _ in reads)
+                and all(k < writer and same_row(x.imap, p) or k == writer and x.imap.is_identity()
+                        for k, x in reads)):
             return v
     return None
+
+
+def part_loads(part: Nest) -> list[Load]:
+    exprs = [s.expr for s in part.stores] + [e for a in part.accumulations for e in (a.expr, a.finish)]
+    return [x for e in exprs for x in loads(e)]
 
 
 def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:
