@@ -207,10 +207,13 @@ class StepWriter:
         open_loops(out, ins.prefix, idx)
         for part in ins.parts:
             if any(id(a) in names for a in part.accumulations):
-                body = Body(out, self.names, idx)
+                inner = loop_vars(len(part.domain) - p, start=p)
+                open_loops(out, part.domain[p:], inner)
+                body = Body(out, self.names, idx + inner)
                 for a in part.accumulations:
                     x = body.value(a.expr)
                     out.line(f"{names[id(a)]} = {OPS[a.op].combine(names[id(a)], x)}")
+                out.depth -= len(inner)
             else:
                 self.nest(part, bound=p)
         out.depth -= p

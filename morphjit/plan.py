@@ -20,7 +20,7 @@ from .fusion import Fusion, blas_transpose_source
 from .indexing import (IndexMap, broadcast_map, drop_axes_map, is_unit_reshape, slice_map,
                        transpose_map, unit_reshape_map)
 from .ir import Lit, Program, TensorType, Var
-from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, VIEW
+from .ops import COMPOSITE, ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, VIEW
 
 # ---------------------------------------------------------------------------------------------
 # Loop-body expressions
@@ -388,12 +388,12 @@ def shared_prefix(a, b) -> tuple[int, ...]:
 
 def row_part(part: Nest, p: int) -> bool:
     """Can ``part`` run inside ``p`` shared outer loops? Its stores write whole rows, and it
-    reduces inner axes only (innermost), or, over the prefix alone, all of it."""
+    reduces inner axes only (innermost), or all axes (accumulating across the rows)."""
     if not all(s.out_map.is_identity() and s.out.shape == part.domain for s in part.stores):
         return False
     n = len(part.domain)
     return all(a.axes == tuple(range(n - len(a.axes), n)) and min(a.axes) >= p
-               or (n == p and a.axes == tuple(range(p)) and not part.stores)
+               or (a.axes == tuple(range(n)) and not part.stores)
                for a in part.accumulations)
 
 
@@ -479,6 +479,9 @@ class Plan:
 
 def make_plan(program: Program) -> Plan:
     """Select instructions for ``program`` (lowered and optimised) and plan their buffers."""
+    composite = sorted({b.op for b in program.bindings if OPS[b.op].kind == COMPOSITE})
+    if composite:
+        raise ValueError(f"make_plan needs a lowered program; {', '.join(composite)} must be lowered first")
     selector = Selector(program)
     instructions = selector.instructions()
     outputs, copies = private_outputs(program, selector.fusion.aliases)
