@@ -11,7 +11,7 @@ from . import cache as disk_cache
 from . import codegen, interp, passes, pytree
 from .lower import lower
 from .plan import make_plan
-from .runtime import NativeStep
+from .runtime import NativeStep, fast_call
 from .errors import DtypeError, ShapeError, TracingError
 from .ir import Program, is_float
 from .trace import argument_names, trace_with_tree
@@ -131,6 +131,7 @@ class Step:
     program: Program
     run: Callable
     source: str | None = None    # the generated module (numba backend)
+    fast: Callable | None = None  # args -> (loss, grads) or None: the checked fast path
 
     def __post_init__(self):
         self._builders = [pytree.builder(self.spec.arg_treedef(i)) for i in self.spec.argnums]
@@ -178,11 +179,18 @@ class CompiledLoss:
         self._single = not isinstance(argnums, (tuple, list))
         self._steps: dict = {}
         self._hits = self._misses = 0
+        self._fast = None  # the generated fast path of the signature called last
 
     def __call__(self, *args, out=None):
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
         there and ``out`` is returned, so a steady-state call allocates no gradient arrays."""
+        if out is None and self._fast is not None:
+            result = self._fast(args)
+            if result is not None:
+                self._hits += 1
+                return result
         step, leaves = self._step(args)
+        self._fast = step.fast
         if out is not None:
             return step.run_into(leaves, step.check_out(out, self._single, leaves))[()], out
         outputs = step.run(*leaves)
@@ -208,7 +216,11 @@ class CompiledLoss:
         plan = compile_plan(program)
         source, arguments = codegen.render(plan)
         module = disk_cache.load_module(source, name_hint=_name_hint(self.fn), cache=self.cache)
-        return Step(spec, program, NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source)
+        native = NativeStep(plan, getattr(module, codegen.ENTRY), arguments)
+        leaves = pytree.flatten(tuple(args))[0]
+        fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
+                         [spec.arg_treedef(i) for i in spec.argnums], self._single, native)
+        return Step(spec, program, native, source, fast)
 
     def cache_info(self) -> CacheInfo:
         sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in self._steps.values())

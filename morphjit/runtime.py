@@ -53,3 +53,98 @@ def prepare(x, dtype) -> np.ndarray:
     """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D."""
     a = np.ascontiguousarray(x, dtype)
     return a.reshape(1) if a.ndim == 0 else a
+
+
+# ---------------------------------------------------------------------------------------------
+# The fast path of a call: one generated Python function per signature that checks the
+# arguments against the signature, allocates the gradients and calls the machine code.
+
+def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep):
+    """``f(args) -> (loss, grads)``, or ``None`` when ``args`` do not match this signature.
+
+    Returns None (no fast path) for argument trees it cannot spell as source (unusual dict keys).
+    """
+    env = {"step": step, "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray}
+    lines, leaves = [], []
+    try:
+        _guard(treedef, "args", lines, leaves, env)
+        grads = _tree_expr(grad_treedefs[0] if single else _tuple_of(grad_treedefs),
+                           iter(f"o{k}" for k in range(1, len(step.output_buffers))), env)
+    except _Unspellable:
+        return None
+    body = ["def fast(args):", "    try:"] + [f"        {line}" for line in lines]
+    body += ["    except (KeyError, IndexError, TypeError):", "        return None"]
+    for k, (name, signature) in enumerate(zip(leaves, leaf_signatures)):
+        body += _leaf_check(name, signature, step.input_dtypes[k], env, k)
+    env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
+    for k, (shape, dtype) in enumerate(step.output_buffers):
+        env[f"S{k}"], env[f"T{k}"] = shape, dtype
+        body.append(f"    o{k} = empty(S{k}, T{k})")
+    arguments = leaves + [f"f{k}" for k in range(len(step.fixed))] + [f"o{k}" for k in range(len(step.output_buffers))]
+    body.append(f"    step.call({', '.join(arguments)})")
+    body += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
+    body.append(f"    return o0[0], {grads}")
+    exec("\n".join(body), env)
+    return env["fast"]
+
+
+class _Unspellable(Exception):
+    pass
+
+
+def _guard(treedef, expr: str, lines: list, leaves: list, env: dict) -> None:
+    """Lines binding each leaf of ``expr`` to a name, raising (caught) on structure mismatch."""
+    if treedef.kind is None:
+        leaves.append(f"x{len(leaves)}")
+        lines.append(f"{leaves[-1]} = {expr}")
+        return
+    node = f"n{len(lines)}"
+    kind = _constant(env, treedef.kind)
+    lines.append(f"{node} = {expr}")
+    lines.append(f"if type({node}) is not {kind} or len({node}) != {len(treedef.children)}: return None")
+    keys = treedef.keys if treedef.kind is dict else range(len(treedef.children))
+    for key, child in zip(keys, treedef.children):
+        if not isinstance(key, (str, int)):
+            raise _Unspellable
+        _guard(child, f"{node}[{key!r}]", lines, leaves, env)
+
+
+def _leaf_check(name: str, signature, dtype, env: dict, k: int) -> list[str]:
+    env[f"D{k}"] = dtype
+    if not isinstance(signature, tuple):  # a Python scalar argument
+        return [f"    if type({name}) is not {signature.__name__}: return None",
+                f"    {name} = ascontiguousarray({name}, D{k}).reshape(1)"]
+    shape, _ = signature
+    env[f"P{k}"] = shape
+    lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype != D{k}: return None",
+             f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})"]
+    if not shape:
+        lines.append(f"    {name} = {name}.reshape(1)")
+    return lines
+
+
+def _tuple_of(treedefs):
+    from .pytree import TreeDef
+    return TreeDef(tuple, (), tuple(treedefs))
+
+
+def _tree_expr(treedef, names, env: dict) -> str:
+    """Source building a tree of this structure from the names of its leaves."""
+    if treedef.kind is None:
+        return next(names)
+    children = [_tree_expr(c, names, env) for c in treedef.children]
+    if treedef.kind is dict:
+        if not all(isinstance(k, (str, int)) for k in treedef.keys):
+            raise _Unspellable
+        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(treedef.keys, children)) + "}"
+    kind = _constant(env, treedef.kind)
+    if treedef.keys:  # namedtuple
+        return f"{kind}({', '.join(children)})"
+    return f"{kind}([{', '.join(children)}])"
+
+
+def _constant(env: dict, value) -> str:
+    """A fresh name for ``value`` in the generated function's globals."""
+    name = f"K{len(env)}"
+    env[name] = value
+    return name

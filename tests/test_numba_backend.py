@@ -141,3 +141,35 @@ def test_out_is_checked():
         step(params, x, y, out=[np.zeros(3)])
     with pytest.raises(mj.TracingError, match=r"out\['W1'\] is also an argument"):
         step(params, x, y, out=dict(params))
+
+
+def test_fast_path_covers_every_tree_and_falls_back_on_mismatch():
+    from collections import namedtuple
+
+    Layer = namedtuple("Layer", "w b")
+
+    def loss(params, x, scale):
+        (layer, extra), c = params["layers"], params["c"]
+        return mj.sum(mj.tanh(x @ layer.w + layer.b) * extra[0]) * scale + c * c
+
+    rng = np.random.default_rng(3)
+    params = {"layers": (Layer(rng.normal(size=(3, 2)), rng.normal(size=2)), [rng.normal(size=2)]),
+              "c": np.asarray(0.5)}
+    x = rng.normal(size=(4, 3))
+    step = mj.compile_loss(loss)
+    reference = mj.compile_loss(loss, backend="interp")
+    calls = [(params, x, 2.0), (params, x, 3.0), (params, np.asfortranarray(x), 2.0),
+             (params, x[:2], 2.0), (params, x.astype(np.float32), 2.0)]
+    for args in calls:
+        for _ in range(2):  # the second call of a signature takes the fast path
+            value, grads = step(*args)
+            ref_value, ref_grads = reference(*args)
+            np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+            assert type(grads["layers"][0]) is Layer and isinstance(grads["layers"][1], list)
+            assert grads["c"].shape == () and grads["c"].dtype == np.float64
+            for g, r in zip(mj.pytree.flatten(grads)[0], mj.pytree.flatten(ref_grads)[0]):
+                np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-9)
+    info = step.cache_info()
+    assert info.misses == 3 and info.hits == 7  # fortran order and the scale's value need no new step
+    with pytest.raises(mj.DtypeError):
+        step({"layers": params["layers"], "c": np.asarray(1)}, x, 2.0)  # an int leaf is refused, not fast-pathed
