@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from .indexing import IndexMap, broadcast_map
-from .ir import Namer, Var, dtype_name
+from .ir import Namer, Var
 from .ops import OPS
 from .plan import Acc, Alias, Apply, Const, Gemm, Load, Nest, OneHot, Plan, RowNest
 

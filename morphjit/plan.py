@@ -119,10 +119,14 @@ class Nest:
     def outs(self) -> list[Var]:
         return [s.out for s in self.stores] + [a.out for a in self.accumulations]
 
-    def reads(self):
+    def loads(self) -> list[Load]:
+        """Every array read of the nest's bodies and finishes."""
         exprs = [s.expr for s in self.stores] + [e for a in self.accumulations for e in (a.expr, a.finish)]
+        return [x for e in exprs for x in loads(e)]
+
+    def reads(self):
         mine = {id(v) for v in self.outs}
-        return [x.var for e in exprs for x in loads(e) if id(x.var) not in mine]
+        return [x.var for x in self.loads() if id(x.var) not in mine]
 
 
 @dataclass(frozen=True, eq=False)
@@ -324,8 +328,7 @@ def can_merge(first: Nest, second: Nest) -> bool:
         return False
     reduced = {id(a.out) for a in first.accumulations}
     stored = {id(s.out) for s in first.stores}
-    exprs = [s.expr for s in second.stores] + [e for a in second.accumulations for e in (a.expr, a.finish)]
-    for x in (x for e in exprs for x in loads(e)):
+    for x in second.loads():
         if id(x.var) in reduced or (id(x.var) in stored and not x.imap.is_identity()):
             return False
     return True
@@ -402,8 +405,7 @@ def reads_by_row(parts, later: Nest, p: int) -> bool:
     reduction over the rows)?"""
     row_wide = {id(a.out) for part in parts for a in part.accumulations if min(a.axes) < p}
     produced = {id(v) for part in parts for v in part.outs}
-    exprs = [s.expr for s in later.stores] + [e for a in later.accumulations for e in (a.expr, a.finish)]
-    for x in (x for e in exprs for x in loads(e)):
+    for x in later.loads():
         if id(x.var) in row_wide:
             return False
         if id(x.var) in produced and not same_row(x.imap, p):
@@ -551,17 +553,12 @@ def in_place_donor(ins, out: Var, dying: list[Var], plan: Plan) -> Var | None:
     for v in dying:
         if id(v) not in plan.slot_of or v.type != out.type:
             continue
-        reads = [(k, x) for k, part in enumerate(parts) for x in part_loads(part) if x.var is v]
+        reads = [(k, x) for k, part in enumerate(parts) for x in part.loads() if x.var is v]
         if (any(k == writer for k, _ in reads)
                 and all(k < writer and same_row(x.imap, p) or k == writer and x.imap.is_identity()
                         for k, x in reads)):
             return v
     return None
-
-
-def part_loads(part: Nest) -> list[Load]:
-    exprs = [s.expr for s in part.stores] + [e for a in part.accumulations for e in (a.expr, a.finish)]
-    return [x for e in exprs for x in loads(e)]
 
 
 def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:
