@@ -43,10 +43,10 @@ class NativeStep:
     def _first_call(self, *args):
         """Compile (or load) through the dispatcher, then call the machine code directly."""
         self.kernel(*args)
-        # Arguments are always C-contiguous arrays of fixed types: one overload, so the
-        # dispatcher's type lookup can be skipped on later calls.
-        (overload,) = self.kernel.overloads.values()
-        self.call = overload.entry_point
+        # Arguments are always C-contiguous arrays of the same types, so the dispatcher's type
+        # lookup can be skipped on later calls.
+        signature = tuple(self.kernel.typeof_pyval(a) for a in args)
+        self.call = self.kernel.overloads[signature].entry_point
 
 
 def prepare(x, dtype) -> np.ndarray:

@@ -173,3 +173,15 @@ def test_fast_path_covers_every_tree_and_falls_back_on_mismatch():
     assert info.misses == 3 and info.hits == 7  # fortran order and the scale's value need no new step
     with pytest.raises(mj.DtypeError):
         step({"layers": params["layers"], "c": np.asarray(1)}, x, 2.0)  # an int leaf is refused, not fast-pathed
+
+
+def test_signatures_differing_only_in_unused_inputs():
+    def loss(p, unused):
+        return mj.sum(mj.log_softmax(p, axis=-1))
+
+    step = mj.compile_loss(loss)
+    p = np.array([[0.9, -0.2]])
+    for unused in (np.float64(1.0), np.float32(1.0), np.float64(2.0)):
+        value, grad = step(p, unused)
+        np.testing.assert_allclose(grad, 1 - 2 * np.exp(p - np.log(np.exp(p).sum())), rtol=1e-12)
+    assert step.cache_info().misses == 2
