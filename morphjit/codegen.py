@@ -15,7 +15,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map
 from .ir import Namer, Var
 from .ops import OPS
-from .plan import Acc, Alias, Apply, Const, Gemm, Load, Nest, OneHot, Plan, RowNest
+from .plan import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add.
@@ -132,6 +132,14 @@ class StepWriter:
             getattr(self, type(ins).__name__.lower())(ins)
         out.line("return 0")
         return out.text()
+
+    def labelcheck(self, ins: LabelCheck) -> None:
+        idx = loop_vars(ins.labels.ndim)
+        open_loops(self.out, ins.labels.shape, idx)
+        self.out.line(f"label = {element(self.names.name(ins.labels), IndexMap.identity(len(idx)), idx)}")
+        self.out.line(f"if label < 0 or label >= {ins.depth}:")
+        self.out.line(f"    raise ValueError({ins.message!r})")
+        self.out.depth -= len(idx)
 
     def alias(self, ins: Alias) -> None:
         shape = internal_shape(ins.out.shape)
@@ -276,6 +284,8 @@ def describe_plan(plan: Plan) -> str:
             lines.append(f"  gemm {target(ins.out)} = {a} @ {b}")
         elif isinstance(ins, Alias):
             lines.append(f"  alias {target(ins.out)} = reshape {names.use(ins.src)}")
+        elif isinstance(ins, LabelCheck):
+            lines.append(f"  check 0 <= {names.use(ins.labels)} < {ins.depth}")
         elif isinstance(ins, RowNest):
             lines.append(f"  rows over {list(ins.prefix)}{flag}")
             for part in ins.parts:

@@ -33,7 +33,7 @@ def run(program: Program, *args) -> list[np.ndarray]:
 
 def run_plan(plan, *args) -> list[np.ndarray]:
     """Execute a replay plan's instructions in order, every pooled value in its planned slot."""
-    from .plan import Alias, Gemm  # the plan stage comes after this executor
+    from .plan import Alias, Gemm, LabelCheck  # the plan stage comes after this executor
 
     pool = [np.zeros(slot.size, slot.dtype) for slot in plan.slots]
     memory = {id(v): np.asarray(a, v.dtype) for v, a in zip(plan.inputs, args)}
@@ -47,7 +47,11 @@ def run_plan(plan, *args) -> list[np.ndarray]:
 
     with np.errstate(all="ignore"):
         for ins in plan.instructions:
-            if isinstance(ins, Alias):
+            if isinstance(ins, LabelCheck):
+                labels = buffer(ins.labels)
+                if labels.size and (labels.min() < 0 or labels.max() >= ins.depth):
+                    raise ValueError(ins.message)
+            elif isinstance(ins, Alias):
                 memory[id(ins.out)] = buffer(ins.src).reshape(ins.out.shape)
             elif isinstance(ins, Gemm):
                 a = _swap_last(buffer(ins.a)) if ins.a_transposed else buffer(ins.a)

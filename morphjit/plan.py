@@ -151,6 +151,23 @@ class RowNest:
 
 
 @dataclass(frozen=True, eq=False)
+class LabelCheck:
+    """Raise if a class label read by a one-hot is outside ``[0, depth)``: compiled code compares
+    labels rather than indexing with them, so a bad label would otherwise pass unnoticed."""
+    labels: Var
+    depth: int
+
+    outs = property(lambda self: [])
+
+    def reads(self):
+        return [self.labels]
+
+    @property
+    def message(self) -> str:
+        return f"class labels must lie in [0, {self.depth})"
+
+
+@dataclass(frozen=True, eq=False)
 class Alias:
     """out is src reshaped: a view of src's buffer, no code beyond the reshape."""
     out: Var
@@ -487,9 +504,17 @@ def make_plan(program: Program) -> Plan:
     selector = Selector(program)
     instructions = selector.instructions()
     outputs, copies = private_outputs(program, selector.fusion.aliases)
-    plan = Plan(program, program.inputs, program.consts, outputs, instructions + copies)
+    plan = Plan(program, program.inputs, program.consts, outputs, label_checks(program) + instructions + copies)
     assign_slots(plan)
     return plan
+
+
+def label_checks(program: Program) -> list[LabelCheck]:
+    """A range check of each input that one-hot reads as class labels."""
+    inputs = {id(v) for v in program.inputs}
+    wanted = {(id(b.inputs[0]), b.kwargs["depth"]): b.inputs[0] for b in program.bindings
+              if b.op == "one_hot" and id(b.inputs[0]) in inputs}
+    return [LabelCheck(labels, depth) for (_, depth), labels in wanted.items()]
 
 
 def private_outputs(program: Program, aliases: set[int]) -> tuple[tuple[Var, ...], list]:

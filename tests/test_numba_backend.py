@@ -185,3 +185,13 @@ def test_signatures_differing_only_in_unused_inputs():
         value, grad = step(p, unused)
         np.testing.assert_allclose(grad, 1 - 2 * np.exp(p - np.log(np.exp(p).sum())), rtol=1e-12)
     assert step.cache_info().misses == 2
+
+
+@pytest.mark.parametrize("bad", [-1, 5])
+def test_out_of_range_labels_are_refused(bad):
+    fn, (params, x, y) = MODELS["mlp2"](np.float64)
+    y = y.copy()
+    y[2] = bad
+    for backend in ("numba", "interp"):
+        with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\)"):
+            mj.compile_loss(fn, backend=backend)(params, x, y)
