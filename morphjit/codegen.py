@@ -9,6 +9,7 @@ shape () are passed as one-element vectors.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -97,41 +98,15 @@ def open_loops(out: Emitter, domain, names: list[str]) -> None:
         out.depth += 1
 
 
-class StepWriter:
-    """Renders the instructions of a plan into the body of the step function."""
+DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
+             "error_model='numpy', boundscheck=False, nogil=True)")
 
-    def __init__(self, plan: Plan):
-        self.plan = plan
-        self.names = Namer()
-        self.out = Emitter()
 
-    def arguments(self) -> list[Var]:
-        """Inputs, constants, the pooled buffers (as views) and the outputs, in that order."""
-        plan = self.plan
-        pooled = [v for i in plan.instructions for v in i.outs if id(v) in plan.slot_of]
-        unique = list({id(v): v for v in pooled}.values())
-        return list(plan.inputs) + [v for v, _ in plan.consts] + unique + list(plan.outputs)
+class Writer:
+    """Renders instructions as statements into ``out``, naming arrays with ``names``."""
 
-    def source(self) -> str:
-        args = self.arguments()
-        arg_names = [self.names.name(v) for v in args]
-        counts = ", ".join(f"{n} {k}" for k, n in self.plan.counts().items())
-        out = self.out
-        out.line(f"# morphjit step for program {self.plan.program.name!r}: {counts}; "
-                 f"{len(self.plan.slots)} pool slots, {self.plan.workspace_bytes} workspace bytes")
-        out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
-        out.line("import numpy as np")
-        out.line("import numba")
-        out.line("")
-        out.line("")
-        flags = "{" + ", ".join(map(repr, sorted(FASTMATH))) + "}"
-        out.line(f"@numba.njit(fastmath={flags}, error_model='numpy', boundscheck=False, nogil=True)")
-        out.line(f"def {ENTRY}({', '.join(arg_names)}):")
-        out.depth += 1
-        for ins in self.plan.instructions:
-            getattr(self, type(ins).__name__.lower())(ins)
-        out.line("return 0")
-        return out.text()
+    def __init__(self, out: Emitter, names: Namer):
+        self.out, self.names = out, names
 
     def labelcheck(self, ins: LabelCheck) -> None:
         idx = loop_vars(ins.labels.ndim)
@@ -248,6 +223,71 @@ class StepWriter:
         body = Body(self.out, self.names, idx)
         body.memo[Acc()] = acc
         return body.value(a.finish)
+
+
+class StepWriter(Writer):
+    """Renders a plan as a module: the step function, and a helper function for each loop nest
+    that occurs more than once (numba's compile time grows faster than the size of a body)."""
+
+    def __init__(self, plan: Plan):
+        super().__init__(Emitter(), Namer())
+        self.plan = plan
+
+    def arguments(self) -> list[Var]:
+        """Inputs, constants, the pooled buffers (as views) and the outputs, in that order."""
+        plan = self.plan
+        pooled = [v for i in plan.instructions for v in i.outs if id(v) in plan.slot_of]
+        unique = list({id(v): v for v in pooled}.values())
+        return list(plan.inputs) + [v for v, _ in plan.consts] + unique + list(plan.outputs)
+
+    def source(self) -> str:
+        out = self.out
+        arg_names = [self.names.name(v) for v in self.arguments()]
+        counts = ", ".join(f"{n} {k}" for k, n in self.plan.counts().items())
+        out.line(f"# morphjit step for program {self.plan.program.name!r}: {counts}; "
+                 f"{len(self.plan.slots)} pool slots, {self.plan.workspace_bytes} workspace bytes")
+        out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
+        out.line("import numpy as np")
+        out.line("import numba")
+        calls = self.helpers()
+        out.line("")
+        out.line("")
+        out.line(DECORATOR)
+        out.line(f"def {ENTRY}({', '.join(arg_names)}):")
+        out.depth += 1
+        for ins in self.plan.instructions:
+            if id(ins) in calls:
+                helper, params = calls[id(ins)]
+                out.line(f"{helper}({', '.join(self.names.name(v) for v in params)})")
+            else:
+                getattr(self, type(ins).__name__.lower())(ins)
+        out.line("return 0")
+        return out.text()
+
+    def helpers(self) -> dict[int, tuple[str, list[Var]]]:
+        """Emit one function per loop nest text that occurs twice or more; the calls to make."""
+        texts = {}
+        for ins in self.plan.instructions:
+            if isinstance(ins, (Nest, RowNest)):
+                writer = Writer(Emitter(), Namer("a"))
+                writer.out.depth = 1
+                getattr(writer, type(ins).__name__.lower())(ins)
+                texts[id(ins)] = (writer.out.text(), writer.names.order)
+        repeated = Counter(text for text, _ in texts.values())
+        names: dict[str, str] = {}
+        calls = {}
+        for key, (text, params) in texts.items():
+            if repeated[text] < 2:
+                continue
+            if text not in names:
+                names[text] = f"k{len(names)}"
+                self.out.line("")
+                self.out.line("")
+                self.out.line(DECORATOR)
+                self.out.line(f"def {names[text]}({', '.join(f'a{k}' for k in range(len(params)))}):")
+                self.out.lines.append(text.rstrip("\n"))
+            calls[key] = (names[text], params)
+        return calls
 
 
 def render(plan: Plan) -> tuple[str, list[Var]]:

@@ -199,10 +199,12 @@ def _format_param(value) -> str:
 
 
 class Namer:
-    """Assigns v0, v1, ... to values in order of definition."""
+    """Assigns v0, v1, ... (or another prefix) to values in order of first mention."""
 
-    def __init__(self):
+    def __init__(self, prefix: str = "v"):
+        self.prefix = prefix
         self.names: dict[int, str] = {}
+        self.order: list[Var] = []
 
     def declare(self, v: Var) -> str:
         return f"{self.name(v)}:{v.type}"
@@ -210,7 +212,8 @@ class Namer:
     def name(self, v: Var) -> str:
         key = id(v)
         if key not in self.names:
-            self.names[key] = f"v{len(self.names)}"
+            self.names[key] = f"{self.prefix}{len(self.names)}"
+            self.order.append(v)
         return self.names[key]
 
     def use(self, v: Var) -> str:

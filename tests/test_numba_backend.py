@@ -195,3 +195,21 @@ def test_out_of_range_labels_are_refused(bad):
     for backend in ("numba", "interp"):
         with pytest.raises(ValueError, match=r"labels must lie in \[0, 5\)"):
             mj.compile_loss(fn, backend=backend)(params, x, y)
+
+
+def test_repeated_nests_become_shared_helpers():
+    rng = np.random.default_rng(5)
+    sizes = [12, 16, 16, 16, 5]
+    params = [(rng.normal(scale=0.3, size=(a, b)), rng.normal(scale=0.1, size=b)) for a, b in zip(sizes, sizes[1:])]
+
+    def loss(params, x, y):
+        h = x
+        for i, (w, b) in enumerate(params):
+            h = h @ w + b
+            h = mj.relu(h) if i < len(params) - 1 else h
+        return mj.mean(mj.softmax_cross_entropy(h, y))
+
+    args = (params, rng.normal(size=(8, 12)), rng.integers(0, 5, 8))
+    compiled = assert_backends_agree(loss, args)
+    source = compiled.source(*args)
+    assert source.count("def k0(") == 1 and source.count("    k0(") == 3  # one relu epilogue, three layers
