@@ -22,20 +22,26 @@ def mlp2(dtype, batch=16, sizes=(12, 20, 5)):
     return loss, (_cast(params, dtype), x.astype(dtype), y)
 
 
-def mlp3_tanh_mse(dtype, batch=16, sizes=(8, 16, 16, 3)):
-    """3-layer tanh MLP with mean squared error."""
-    rng = _rng(2)
+def deep_mlp(dtype, sizes=(8, 16, 16, 3), activation=mj.tanh, loss="mse", batch=16, seed=2):
+    """An MLP over a list of (W, b) layers, with mean squared error or softmax cross-entropy."""
+    rng = _rng(seed)
     params = [(rng.normal(scale=0.4, size=(a, b)), rng.normal(scale=0.1, size=b)) for a, b in zip(sizes, sizes[1:])]
 
-    def loss(params, x, t):
+    def mlp_loss(params, x, t):
         h = x
         for i, (w, b) in enumerate(params):
             h = h @ w + b
-            h = mj.tanh(h) if i < len(params) - 1 else h
-        return mj.mean((h - t) ** 2)
+            h = activation(h) if i < len(params) - 1 else h
+        return mj.mean((h - t) ** 2) if loss == "mse" else mj.mean(mj.softmax_cross_entropy(h, t))
 
-    x, t = rng.normal(size=(batch, sizes[0])), rng.normal(size=(batch, sizes[-1]))
-    return loss, (_cast(params, dtype), x.astype(dtype), t.astype(dtype))
+    x = rng.normal(size=(batch, sizes[0]))
+    t = rng.normal(size=(batch, sizes[-1])).astype(dtype) if loss == "mse" else rng.integers(0, sizes[-1], batch)
+    return mlp_loss, (_cast(params, dtype), x.astype(dtype), t)
+
+
+def mlp3_tanh_mse(dtype):
+    """3-layer tanh MLP with mean squared error."""
+    return deep_mlp(dtype)
 
 
 def layernorm(dtype, batch=8, width=12):

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 import morphjit as mj
 from morphjit.ops import OPS
 
-from models import MODELS
+from models import MODELS, deep_mlp
 from strategies import random_programs
 
 TOL = {np.float64: dict(rtol=1e-9, atol=1e-10), np.float32: dict(rtol=2e-4, atol=2e-5)}
@@ -198,18 +198,7 @@ def test_out_of_range_labels_are_refused(bad):
 
 
 def test_repeated_nests_become_shared_helpers():
-    rng = np.random.default_rng(5)
-    sizes = [12, 16, 16, 16, 5]
-    params = [(rng.normal(scale=0.3, size=(a, b)), rng.normal(scale=0.1, size=b)) for a, b in zip(sizes, sizes[1:])]
-
-    def loss(params, x, y):
-        h = x
-        for i, (w, b) in enumerate(params):
-            h = h @ w + b
-            h = mj.relu(h) if i < len(params) - 1 else h
-        return mj.mean(mj.softmax_cross_entropy(h, y))
-
-    args = (params, rng.normal(size=(8, 12)), rng.integers(0, 5, 8))
-    compiled = assert_backends_agree(loss, args)
+    fn, args = deep_mlp(np.float64, sizes=(12, 16, 16, 16, 5), activation=mj.relu, loss="sce", batch=8)
+    compiled = assert_backends_agree(fn, args)
     source = compiled.source(*args)
     assert source.count("def k0(") == 1 and source.count("    k0(") == 3  # one relu epilogue, three layers
