@@ -9,11 +9,11 @@ import numpy as np
 
 from . import cache as disk_cache
 from . import codegen, interp, passes, pytree
+from .errors import DtypeError, ShapeError, TracingError
+from .ir import Program, is_float
 from .lower import lower
 from .plan import make_plan
 from .runtime import NativeStep, fast_call
-from .errors import DtypeError, ShapeError, TracingError
-from .ir import Program, is_float
 from .trace import argument_names, trace_with_tree
 from .vjp import vjp
 
@@ -22,13 +22,11 @@ BACKENDS = ("numba", "interp")
 
 @dataclass(frozen=True)
 class ArgSpec:
-    """How a call's arguments flatten: the leaves, their paths and which are differentiated."""
+    """How a call's arguments flatten, and which leaves are differentiated."""
 
     treedef: pytree.TreeDef
-    paths: tuple[str, ...]
     argnums: tuple[int, ...]
     wrt: tuple[int, ...]            # indices of differentiated leaves
-    arg_leaves: tuple[range, ...]   # the leaf indices of each positional argument
 
     def arg_treedef(self, argnum: int) -> pytree.TreeDef:
         return self.treedef.children[argnum]
@@ -46,7 +44,7 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     wrt = tuple(j for i in argnums_t for j in ranges[i])
     for j in wrt:
         check_differentiable(leaves[j], paths[j])
-    return ArgSpec(treedef, tuple(paths), argnums_t, wrt, tuple(ranges)), leaves
+    return ArgSpec(treedef, argnums_t, wrt), leaves
 
 
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
@@ -209,7 +207,7 @@ class CompiledLoss:
         return step, leaves
 
     def _compile(self, args) -> Step:
-        spec, _ = arg_spec(self.fn, args, self.argnums)
+        spec, leaves = arg_spec(self.fn, args, self.argnums)
         program = joint_program(trace_loss(self.fn, args, spec), spec.wrt)
         if self.backend == "interp":
             return Step(spec, program, functools.partial(interp.run, program))
@@ -217,7 +215,6 @@ class CompiledLoss:
         source, arguments = codegen.render(plan)
         module = disk_cache.load_module(source, name_hint=_name_hint(self.fn), cache=self.cache)
         native = NativeStep(plan, getattr(module, codegen.ENTRY), arguments)
-        leaves = pytree.flatten(tuple(args))[0]
         fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
                          [spec.arg_treedef(i) for i in spec.argnums], self._single, native)
         return Step(spec, program, native, source, fast)
