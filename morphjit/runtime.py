@@ -16,7 +16,8 @@ class NativeStep:
         fixed = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
         for v in arguments:
             if id(v) in plan.slot_of:
-                fixed[id(v)] = self.pool[plan.slot_of[id(v)]][:max(v.type.size, 1)].reshape(internal_shape(v.shape))
+                shape = internal_shape(v.shape)
+                fixed[id(v)] = self.pool[plan.slot_of[id(v)]][:int(np.prod(shape))].reshape(shape)
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.fixed = [fixed[id(v)] for v in arguments[n_in:len(arguments) - n_out]]
         self.input_dtypes = [v.dtype for v in plan.inputs]

@@ -202,3 +202,13 @@ def test_repeated_nests_become_shared_helpers():
     compiled = assert_backends_agree(fn, args)
     source = compiled.source(*args)
     assert source.count("def k0(") == 1 and source.count("    k0(") == 3  # one relu epilogue, three layers
+
+
+def test_empty_batch_and_scalar_parameters():
+    def loss(w, x, c):
+        return mj.mean(x @ w) + (c - 3.0) ** 2
+
+    for x in (np.ones((2, 3)), np.ones((0, 3))):  # the mean of nothing is NaN, as in NumPy
+        assert_backends_agree(loss, (np.ones(3), x, np.asarray(1.0)), argnums=(0, 2))
+    value, (gw, gc) = mj.compile_loss(loss, argnums=(0, 2))(np.ones(3), np.ones((0, 3)), np.asarray(1.0))
+    assert np.isnan(value) and gw.shape == (3,) and gc.shape == () and gc == -4.0
