@@ -69,7 +69,7 @@ def test_models_agree_with_reference(name, dtype):
     assert_backends_agree(fn, args, dtype)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_programs())
 def test_random_programs_agree_with_reference(example):
     fn, args = example
