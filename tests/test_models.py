@@ -1,4 +1,4 @@
-"""End-to-end models through ``mj.compile_loss`` (interp backend): values and gradients against
+"""End-to-end models through ``mj.compile_loss`` (both backends): values and gradients against
 autograd and finite differences, in float64 and float32.
 
 Each model is written once, over an array namespace ``ns``: ``mj`` when compiled, ``AG``
@@ -16,7 +16,7 @@ import morphjit as mj
 from gradcheck import (AG, assert_same_structure, check_against_autograd, check_loss_grads_fd,
                        flat_leaves, unflatten_like)
 
-BACKEND = "interp"
+BACKENDS = pytest.mark.parametrize("backend", ["interp", "numba"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,16 +105,17 @@ def _cast(tree, dtype):
     return unflatten_like(tree, leaves)
 
 
-def _run(model, params, *data):
-    step = mj.compile_loss(lambda p, *d: model(mj, p, *d), backend=BACKEND)
+def _run(model, backend, params, *data):
+    step = mj.compile_loss(lambda p, *d: model(mj, p, *d), backend=backend)
     return step(params, *data)
 
 
+@BACKENDS
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_float64(name):
+def test_model_float64(name, backend):
     model, rng = MODELS[name], np.random.default_rng(sorted(MODELS).index(name))
     params, *data = _data(name, rng)
-    value, grads = _run(model, params, *data)
+    value, grads = _run(model, backend, params, *data)
     assert type(value) is np.float64
     assert_same_structure(grads, params)
     np.testing.assert_allclose(value, model(mj, params, *data), rtol=1e-13)  # eager on NumPy
@@ -124,12 +125,13 @@ def test_model_float64(name):
     check_loss_grads_fd(flat(mj), leaves, flat_leaves(grads), rng=rng, eps=1e-6, rtol=1e-6, what=name)
 
 
+@BACKENDS
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_model_float32(name):
+def test_model_float32(name, backend):
     model, rng = MODELS[name], np.random.default_rng(100 + sorted(MODELS).index(name))
     params64, *data64 = _data(name, rng)
     params, data = _cast(params64, np.float32), _cast(list(data64), np.float32)
-    value, grads = _run(model, params, *data)
+    value, grads = _run(model, backend, params, *data)
     assert type(value) is np.float32, type(value)
     assert_same_structure(grads, params)
     for g in flat_leaves(grads):
@@ -169,8 +171,9 @@ def mlp_numpy(params, x, onehot):
     return np.mean(lse - np.sum(logits * onehot, axis=1))
 
 
+@BACKENDS
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_numpy_mlp_matches_mj_mlp(dtype):
+def test_numpy_mlp_matches_mj_mlp(dtype, backend):
     params, x, labels = _data("mlp2", np.random.default_rng(5))
     params, x = _cast(params, dtype), x.astype(dtype)
     onehot = np.eye(4, dtype=dtype)[labels]
@@ -179,8 +182,8 @@ def test_numpy_mlp_matches_mj_mlp(dtype):
     # Eagerly on NumPy arrays: the two spellings agree.
     np.testing.assert_allclose(mlp_numpy(params, x, onehot), mlp2(mj, params, x, labels), **tol)
 
-    np_step = mj.compile_loss(mlp_numpy, backend=BACKEND)
-    mj_step = mj.compile_loss(lambda p, x, y: mlp2(mj, p, x, y), backend=BACKEND)
+    np_step = mj.compile_loss(mlp_numpy, backend=backend)
+    mj_step = mj.compile_loss(lambda p, x, y: mlp2(mj, p, x, y), backend=backend)
     v_np, g_np = np_step(params, x, onehot)
     v_mj, g_mj = mj_step(params, x, labels)
     assert type(v_np) is type(v_mj) is np.dtype(dtype).type
