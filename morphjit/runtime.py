@@ -1,6 +1,8 @@
 """Running a compiled step: the workspace pool, argument preparation and the native call."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from .codegen import internal_shape
@@ -8,10 +10,14 @@ from .plan import Plan
 
 
 class NativeStep:
-    """Calls a compiled step: inputs in, fresh outputs back; the pool is allocated once."""
+    """Calls a compiled step: inputs in, fresh outputs back; the pool is allocated once.
+
+    Calls from several threads take turns: they would share the pool.
+    """
 
     def __init__(self, plan: Plan, kernel, arguments):
         self.kernel = kernel
+        self.lock = threading.Lock()
         self.pool = [np.empty(slot.size, slot.dtype) for slot in plan.slots]
         fixed = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
         for v in arguments:
@@ -34,7 +40,8 @@ class NativeStep:
         else:
             outputs = [np.empty(*self.output_buffers[0])] + [o.reshape(shape) for o, (shape, _) in
                                                              zip(out, self.output_buffers[1:])]
-        self.call(*inputs, *self.fixed, *outputs)
+        with self.lock:
+            self.call(*inputs, *self.fixed, *outputs)
         if out is not None:
             return [outputs[0].reshape(())] + list(out)
         for i in self.scalar_outputs:
@@ -82,7 +89,8 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
         env[f"S{k}"], env[f"T{k}"] = shape, dtype
         body.append(f"    o{k} = empty(S{k}, T{k})")
     arguments = leaves + [f"f{k}" for k in range(len(step.fixed))] + [f"o{k}" for k in range(len(step.output_buffers))]
-    body.append(f"    step.call({', '.join(arguments)})")
+    body.append("    with step.lock:")
+    body.append(f"        step.call({', '.join(arguments)})")
     body += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
     body.append(f"    return o0[0], {grads}")
     exec("\n".join(body), env)

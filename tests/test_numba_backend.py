@@ -212,3 +212,19 @@ def test_empty_batch_and_scalar_parameters():
         assert_backends_agree(loss, (np.ones(3), x, np.asarray(1.0)), argnums=(0, 2))
     value, (gw, gc) = mj.compile_loss(loss, argnums=(0, 2))(np.ones(3), np.ones((0, 3)), np.asarray(1.0))
     assert np.isnan(value) and gw.shape == (3,) and gc.shape == () and gc == -4.0
+
+
+def test_calls_from_several_threads_agree_with_sequential_calls():
+    from concurrent.futures import ThreadPoolExecutor
+
+    fn, (params, x, y) = MODELS["mlp2"](np.float64)
+    step = mj.compile_loss(fn)
+    rng = np.random.default_rng(11)
+    batches = [(rng.normal(size=x.shape), rng.integers(0, 5, len(y))) for _ in range(16)]
+    expected = [step(params, bx, by) for bx, by in batches]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda b: step(params, *b), batches * 40))
+    for (value, grads), (ref_value, ref_grads) in zip(results, expected * 8):
+        assert value == ref_value
+        for k in grads:
+            np.testing.assert_array_equal(grads[k], ref_grads[k])
