@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 from typing import Callable
 
@@ -179,9 +180,12 @@ class CompiledLoss:
         self._hits = self._misses = 0
         self._fast = None  # the generated fast path of the signature called last
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **kwargs):
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
-        there and ``out`` is returned, so a steady-state call allocates no gradient arrays."""
+        there and ``out`` is returned, so a steady-state call allocates no gradient arrays.
+        Keyword arguments are bound to the function's positional parameters."""
+        if kwargs:
+            args = self._positional(args, kwargs)
         if out is None and self._fast is not None:
             result = self._fast(args)
             if result is not None:
@@ -194,6 +198,17 @@ class CompiledLoss:
         outputs = step.run(*leaves)
         trees = step.gradient_trees(outputs[1:])
         return outputs[0][()], trees[0] if self._single else tuple(trees)
+
+    def _positional(self, args, kwargs) -> tuple:
+        try:
+            bound = inspect.signature(self.fn).bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{self.__name__}: {e}") from None
+        bound.apply_defaults()
+        if bound.kwargs:
+            raise TypeError(f"{self.__name__}: keyword-only or **kwargs parameters cannot be traced "
+                            f"({', '.join(bound.kwargs)}); make them positional")
+        return bound.args
 
     def _step(self, args, count=True):
         leaves = []

@@ -406,3 +406,16 @@ def test_error_traced_value_used_after_the_call():
     with pytest.raises(mj.TracingError, match="escaped") as e:
         mj.exp(leaked[0])  # LINE-LATE
     assert f"{HERE}:{_line_of('LINE-LATE')}" in _message(e), _message(e)
+
+
+def test_keyword_arguments_bind_to_parameters():
+    def loss(w, x, scale=2.0):
+        return mj.sum((x @ w) ** 2) * scale
+
+    step = mj.compile_loss(loss, backend="interp")
+    w, x = np.ones(3), np.arange(6.0).reshape(2, 3)
+    positional = step(w, x, 2.0)
+    assert step(w, x=x)[0] == positional[0]
+    assert step(x=x, w=w, scale=2.0)[0] == positional[0]
+    with pytest.raises(TypeError, match="loss: .*unexpected keyword argument 'y'"):
+        step(w, x, y=1.0)
