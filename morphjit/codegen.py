@@ -8,13 +8,12 @@ shape () are passed as one-element vectors.
 """
 from __future__ import annotations
 
-import math
 from collections import Counter
 
 import numpy as np
 
-from .indexing import IndexMap, broadcast_map
-from .ir import Namer, Var
+from .indexing import IndexMap, broadcast_map, element, loop_vars
+from .ir import Namer, Var, literal
 from .ops import OPS
 from .plan import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
 
@@ -26,19 +25,6 @@ ENTRY = "step"
 
 def internal_shape(shape) -> tuple[int, ...]:
     return tuple(shape) or (1,)
-
-
-def literal(value, dtype) -> str:
-    """A constant of ``dtype`` as source text (so float32 loops stay in float32)."""
-    dtype = np.dtype(dtype)
-    if dtype == np.bool_:
-        return str(bool(value))
-    if dtype.kind in "iu":
-        return f"np.{dtype.name}({int(value)})"
-    value = float(value)
-    text = repr(value) if math.isfinite(value) else ("np.nan" if math.isnan(value) else
-                                                     ("np.inf" if value > 0 else "-np.inf"))
-    return text if dtype == np.float64 else f"np.{dtype.name}({text})"
 
 
 class Emitter:
@@ -82,14 +68,6 @@ class Body:
                 f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(lambda c: literal(c, e.dtype), *args, **dict(e.params))
-
-
-def element(name: str, imap: IndexMap, loop_vars: list[str]) -> str:
-    return f"{name}[{', '.join(imap.render(loop_vars)) or '0'}]"
-
-
-def loop_vars(n: int, start: int = 0) -> list[str]:
-    return [f"i{k}" for k in range(start, start + n)]
 
 
 def open_loops(out: Emitter, domain, names: list[str]) -> None:
@@ -294,74 +272,3 @@ def render(plan: Plan) -> tuple[str, list[Var]]:
     """The module source of the step and the order of its arguments."""
     writer = StepWriter(plan)
     return writer.source(), writer.arguments()
-
-
-# ---------------------------------------------------------------------------------------------
-# The plan's text form
-
-
-def describe_plan(plan: Plan) -> str:
-    names = Namer()
-    for v in list(plan.inputs) + [v for v, _ in plan.consts]:
-        names.name(v)
-    counts = ", ".join(f"{n} {k}" for k, n in plan.counts().items())
-    lines = [f"plan: {len(plan.instructions)} instructions ({counts}); {len(plan.slots)} slots, "
-             f"workspace {plan.workspace_bytes} B (naive {plan.naive_bytes} B)",
-             "in " + " ".join(names.declare(v) for v in plan.inputs)]
-    declared: set[int] = set()
-
-    def target(v: Var) -> str:
-        first = id(v) not in declared
-        declared.add(id(v))
-        slot = f" [s{plan.slot_of[id(v)]}]" if id(v) in plan.slot_of else ""
-        return (names.declare(v) if first else names.name(v)) + slot
-
-    for ins in plan.instructions:
-        flag = " in-place" if id(ins) in plan.in_place else ""
-        if isinstance(ins, Gemm):
-            a = names.use(ins.a) + (".T" if ins.a_transposed else "")
-            b = names.use(ins.b) + (".T" if ins.b_transposed else "")
-            lines.append(f"  gemm {target(ins.out)} = {a} @ {b}")
-        elif isinstance(ins, Alias):
-            lines.append(f"  alias {target(ins.out)} = reshape {names.use(ins.src)}")
-        elif isinstance(ins, LabelCheck):
-            lines.append(f"  check 0 <= {names.use(ins.labels)} < {ins.depth}")
-        elif isinstance(ins, RowNest):
-            lines.append(f"  rows over {list(ins.prefix)}{flag}")
-            for part in ins.parts:
-                lines.append(f"    nest over {list(part.domain)}")
-                lines += ["  " + line for line in describe_nest(part, names, target)]
-        else:
-            lines.append(f"  nest over {list(ins.domain)}{flag}")
-            lines += describe_nest(ins, names, target)
-    lines.append("out " + " ".join(names.use(v) for v in plan.outputs))
-    return "\n".join(lines) + "\n"
-
-
-def describe_nest(ins: Nest, names: Namer, target) -> list[str]:
-    idx = loop_vars(len(ins.domain))
-    lines = []
-    for s in ins.stores:
-        where = "" if s.out_map.is_identity() else f"[{', '.join(s.out_map.render(idx))}] "
-        lines.append(f"    {target(s.out)} {where}= {describe_expr(s.expr, names, idx)}")
-    kept = [k for k in range(len(ins.domain)) if not ins.accumulations or k not in ins.accumulations[0].axes]
-    for a in ins.accumulations:
-        over = ",".join(idx[k] for k in a.axes)
-        total = f"{a.op}[{over}] {describe_expr(a.expr, names, idx)}"
-        finish = describe_expr(a.finish, names, [idx[k] for k in kept]).replace("acc", f"({total})") \
-            if a.finish != Acc() else total
-        lines.append(f"    {target(a.out)} = {finish}")
-    return lines
-
-
-def describe_expr(e, names: Namer, idx) -> str:
-    if isinstance(e, Acc):
-        return "acc"
-    if isinstance(e, Const):
-        return literal(e.value, e.dtype).replace("np.", "")
-    if isinstance(e, Load):
-        return element(names.use(e.var), e.imap, idx)
-    if isinstance(e, OneHot):
-        return f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})"
-    params = "".join(f" {k}={v}" for k, v in e.params)
-    return f"{e.op}({', '.join(describe_expr(a, names, idx) for a in e.args)}{params})"

@@ -79,7 +79,11 @@ def unit_reshape_map(src_shape, out_shape) -> IndexMap:
     return IndexMap((0,) * len(src_shape), tuple(rows))
 
 
-def drop_axes_map(ndim: int, axes) -> IndexMap:
-    """Address a reduction's output from the loop over its input (the reduced axes dropped)."""
-    kept = [j for j in range(ndim) if j not in axes]
-    return IndexMap((0,) * len(kept), tuple(tuple(int(j == k) for j in range(ndim)) for k in kept))
+def element(name: str, imap: IndexMap, loop_vars: list[str]) -> str:
+    """Source text of the element of array ``name`` that ``imap`` addresses (``[0]`` for 0-d)."""
+    return f"{name}[{', '.join(imap.render(loop_vars)) or '0'}]"
+
+
+def loop_vars(n: int, start: int = 0) -> list[str]:
+    """The loop index names i0, i1, ... of a nest."""
+    return [f"i{k}" for k in range(start, start + n)]

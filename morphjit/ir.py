@@ -8,6 +8,7 @@ back, which lets tests state programs as text.
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
@@ -102,6 +103,19 @@ class Lit:
             return str(self.value)
         text = repr(self.value)
         return text if self.dtype == np.float64 else f"{text}:{dtype_name(self.dtype)}"
+
+
+def literal(value, dtype) -> str:
+    """A constant of ``dtype`` as source text (so float32 loops stay in float32)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return str(bool(value))
+    if dtype.kind in "iu":
+        return f"np.{dtype.name}({int(value)})"
+    value = float(value)
+    text = repr(value) if math.isfinite(value) else ("np.nan" if math.isnan(value) else
+                                                     ("np.inf" if value > 0 else "-np.inf"))
+    return text if dtype == np.float64 else f"np.{dtype.name}({text})"
 
 
 Operand = Var | Lit

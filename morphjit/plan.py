@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .fusion import Fusion, blas_transpose_source
-from .indexing import (IndexMap, broadcast_map, drop_axes_map, is_unit_reshape, slice_map,
+from .indexing import (IndexMap, broadcast_map, element, is_unit_reshape, loop_vars, slice_map,
                        transpose_map, unit_reshape_map)
-from .ir import Lit, Program, TensorType, Var
+from .ir import Lit, Namer, Program, TensorType, Var, literal
 from .ops import COMPOSITE, ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, VIEW
 
 # ---------------------------------------------------------------------------------------------
@@ -492,7 +492,6 @@ class Plan:
                 "alias": sum(isinstance(i, Alias) for i in self.instructions)}
 
     def __str__(self) -> str:
-        from .codegen import describe_plan  # the readable form shares the code renderer
         return describe_plan(self)
 
 
@@ -598,3 +597,74 @@ def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:
     slots[choice] = Slot(type.dtype, max(size, slots[choice].size))
     free.remove(choice)
     return choice
+
+
+# ---------------------------------------------------------------------------------------------
+# The plan's text form (as the code is rendered: the same index and constant spelling)
+
+
+def describe_plan(plan: Plan) -> str:
+    names = Namer()
+    for v in list(plan.inputs) + [v for v, _ in plan.consts]:
+        names.name(v)
+    counts = ", ".join(f"{n} {k}" for k, n in plan.counts().items())
+    lines = [f"plan: {len(plan.instructions)} instructions ({counts}); {len(plan.slots)} slots, "
+             f"workspace {plan.workspace_bytes} B (naive {plan.naive_bytes} B)",
+             "in " + " ".join(names.declare(v) for v in plan.inputs)]
+    declared: set[int] = set()
+
+    def target(v: Var) -> str:
+        first = id(v) not in declared
+        declared.add(id(v))
+        slot = f" [s{plan.slot_of[id(v)]}]" if id(v) in plan.slot_of else ""
+        return (names.declare(v) if first else names.name(v)) + slot
+
+    for ins in plan.instructions:
+        flag = " in-place" if id(ins) in plan.in_place else ""
+        if isinstance(ins, Gemm):
+            a = names.use(ins.a) + (".T" if ins.a_transposed else "")
+            b = names.use(ins.b) + (".T" if ins.b_transposed else "")
+            lines.append(f"  gemm {target(ins.out)} = {a} @ {b}")
+        elif isinstance(ins, Alias):
+            lines.append(f"  alias {target(ins.out)} = reshape {names.use(ins.src)}")
+        elif isinstance(ins, LabelCheck):
+            lines.append(f"  check 0 <= {names.use(ins.labels)} < {ins.depth}")
+        elif isinstance(ins, RowNest):
+            lines.append(f"  rows over {list(ins.prefix)}{flag}")
+            for part in ins.parts:
+                lines.append(f"    nest over {list(part.domain)}")
+                lines += ["  " + line for line in describe_nest(part, names, target)]
+        else:
+            lines.append(f"  nest over {list(ins.domain)}{flag}")
+            lines += describe_nest(ins, names, target)
+    lines.append("out " + " ".join(names.use(v) for v in plan.outputs))
+    return "\n".join(lines) + "\n"
+
+
+def describe_nest(ins: Nest, names: Namer, target) -> list[str]:
+    idx = loop_vars(len(ins.domain))
+    lines = []
+    for s in ins.stores:
+        where = "" if s.out_map.is_identity() else f"[{', '.join(s.out_map.render(idx))}] "
+        lines.append(f"    {target(s.out)} {where}= {describe_expr(s.expr, names, idx)}")
+    kept = [k for k in range(len(ins.domain)) if not ins.accumulations or k not in ins.accumulations[0].axes]
+    for a in ins.accumulations:
+        over = ",".join(idx[k] for k in a.axes)
+        total = f"{a.op}[{over}] {describe_expr(a.expr, names, idx)}"
+        finish = describe_expr(a.finish, names, [idx[k] for k in kept]).replace("acc", f"({total})") \
+            if a.finish != Acc() else total
+        lines.append(f"    {target(a.out)} = {finish}")
+    return lines
+
+
+def describe_expr(e, names: Namer, idx) -> str:
+    if isinstance(e, Acc):
+        return "acc"
+    if isinstance(e, Const):
+        return literal(e.value, e.dtype).replace("np.", "")
+    if isinstance(e, Load):
+        return element(names.use(e.var), e.imap, idx)
+    if isinstance(e, OneHot):
+        return f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})"
+    params = "".join(f" {k}={v}" for k, v in e.params)
+    return f"{e.op}({', '.join(describe_expr(a, names, idx) for a in e.args)}{params})"
