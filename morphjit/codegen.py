@@ -15,7 +15,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import Namer, Var, literal
 from .ops import OPS
-from .plan import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
+from .plan import Acc, Alias, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add.

@@ -17,7 +17,7 @@ from collections import defaultdict
 
 from .indexing import is_unit_reshape
 from .ir import Binding, Program, Var
-from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL, VIEW
+from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
 
 EXPENSIVE = 8
 RECOMPUTE_LIMIT = 4

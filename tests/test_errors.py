@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import inspect
 import os
-import sys
 
 import numpy as np
 import pytest
