@@ -13,5 +13,7 @@ from .errors import DtypeError, MorphjitError, ShapeError, TracingError, Unsuppo
 from .interp import run
 from .ir import Program, parse
 from .trace import trace
+from .train import TrainStep, train_step
+from . import optim
 
 __version__ = "0.1.0"

@@ -93,7 +93,14 @@ def compile_plan(joint: Program):
     return make_plan(passes.optimize(lower(joint)))
 
 
-def _name_hint(fn) -> str:
+def native_step(plan, hint: str, cache: bool) -> tuple[NativeStep, str]:
+    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry."""
+    source, arguments = codegen.render(plan)
+    module = disk_cache.load_module(source, name_hint=hint, cache=cache)
+    return NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source
+
+
+def name_hint(fn) -> str:
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in getattr(fn, "__name__", "step"))
     return name[:40] or "step"
 
@@ -226,10 +233,7 @@ class CompiledLoss:
         program = joint_program(trace_loss(self.fn, args, spec), spec.wrt)
         if self.backend == "interp":
             return Step(spec, program, functools.partial(interp.run, program))
-        plan = compile_plan(program)
-        source, arguments = codegen.render(plan)
-        module = disk_cache.load_module(source, name_hint=_name_hint(self.fn), cache=self.cache)
-        native = NativeStep(plan, getattr(module, codegen.ENTRY), arguments)
+        native, source = native_step(compile_plan(program), name_hint(self.fn), self.cache)
         fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
                          [spec.arg_treedef(i) for i in spec.argnums], self._single, native)
         return Step(spec, program, native, source, fast)

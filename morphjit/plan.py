@@ -585,6 +585,25 @@ def in_place_donor(ins, out: Var, dying: list[Var], plan: Plan) -> Var | None:
     return None
 
 
+def check_updates_in_place(plan: Plan, pairs) -> None:
+    """Check that each ``(input, output)`` pair may share memory (a parameter updated in place):
+    the output is written by a loop nest (or a part of a row nest) that reads the input only
+    there and only at the element it writes, and nothing after that instruction reads it."""
+    for src, dst in pairs:
+        writer = next(t for t, ins in enumerate(plan.instructions) if dst in ins.outs)
+        ins = plan.instructions[writer]
+        later = [plan.buffer_of(v) for i in plan.instructions[writer + 1:] for v in i.reads()]
+        parts = ins.parts if isinstance(ins, RowNest) else (ins,) if isinstance(ins, Nest) else ()
+        safe = any(all(s.out_map.is_identity() for s in part.stores if s.out is dst)
+                   and dst in part.outs and all(x.imap.is_identity() for x in part.loads()
+                                                if plan.buffer_of(x.var) is src)
+                   and not any(plan.buffer_of(x.var) is src for other in parts if other is not part
+                               for x in other.loads())
+                   for part in parts)
+        if any(v is src for v in later) or not safe:
+            raise AssertionError(f"the plan cannot update {src} in place:\n{describe_plan(plan)}")
+
+
 def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:
     """A free slot of the dtype (the smallest that fits, else the largest, grown), or a new one."""
     size = max(type.size, 1)

@@ -1,0 +1,204 @@
+"""``mj.train_step``: the loss, its gradients and the optimiser update in one compiled call.
+
+The training program is the joint program with the optimiser's update rule appended for each
+parameter. Its outputs are the loss, the new parameters and the new optimiser slots; the step
+writes them over the arrays passed in, so a parameter's update runs as a loop over its gradient
+right after that gradient is final, and no gradient array is ever handed back to Python.
+"""
+from __future__ import annotations
+
+import bisect
+import functools
+
+import numpy as np
+
+from . import array_api as A
+from . import interp, pytree
+from .compiler import (BACKENDS, CompiledLoss, arg_spec, compile_plan, joint_program, leaf_signature,
+                       name_hint, native_step, trace_loss)
+from .errors import DtypeError, TracingError
+from .ir import Program, TensorType, Var, is_float
+from .optim import Optimizer
+from .plan import check_updates_in_place
+from .trace import Trace, Tracer, argument_names
+
+STEP = "step"   # the state entry counting the updates done
+
+
+def training_program(joint: Program, optimizer: Optimizer) -> Program:
+    """Append the update of each differentiated input (the first ``len(grads)`` inputs).
+
+    Inputs: the joint program's, then each optimiser slot of each parameter (slot by slot), then
+    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new slots.
+    """
+    grads = joint.outputs[1:]
+    params = joint.inputs[:len(grads)]
+    t = Trace()
+    t.bindings, t.consts = list(joint.bindings), list(joint.consts)
+    slots = {name: [Var(p.type) for p in params] for name in optimizer.slots}
+    scalars = [Var(TensorType((), np.float64)) for _ in optimizer.scalar_names]
+    new_params, new_slots = [], {name: [] for name in optimizer.slots}
+    for k, (p, g) in enumerate(zip(params, grads)):
+        cast = tuple(A.astype(Tracer(t, s), p.dtype) for s in scalars)
+        new_p, updated = optimizer.update(Tracer(t, p), Tracer(t, g),
+                                          {name: Tracer(t, vs[k]) for name, vs in slots.items()}, cast)
+        new_params.append(new_p)
+        for name in optimizer.slots:
+            new_slots[name].append(updated[name])
+    t.closed = True
+    updated = new_params + [x for name in optimizer.slots for x in new_slots[name]]
+    return joint.replace(
+        inputs=joint.inputs + tuple(v for name in optimizer.slots for v in slots[name]) + tuple(scalars),
+        bindings=tuple(t.bindings), outputs=(joint.outputs[0],) + tuple(t.operand(x, lift_literals=True)
+                                                                         for x in updated),
+        consts=tuple(t.consts))
+
+
+class TrainStep:
+    """``loss = step(params, state, *data)``: one optimiser step, updating params and state in place."""
+
+    def __init__(self, loss_fn, optimizer: Optimizer, backend="numba", cache=True):
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"optimizer must come from mj.optim (sgd, adam, adamw, rmsprop), "
+                            f"got {type(optimizer).__name__}")
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self.fn = loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn
+        functools.update_wrapper(self, self.fn)
+        self.optimizer, self.backend, self.cache = optimizer, backend, cache
+        self._runs: dict = {}
+        self._written: list = []      # the arrays of the last call's check, kept alive
+        self._bounds: list = []       # their sorted (start, end, path) byte ranges
+
+    def init(self, params) -> dict:
+        """Fresh optimiser state for ``params``: the step count and zeroed slots."""
+        leaves, treedef = pytree.flatten(params)
+        for path, x in zip(pytree.leaf_paths(treedef, "params"), leaves):
+            check_updatable(path, x)
+        state = {STEP: np.zeros((), np.int64)}
+        for name in self.optimizer.slots:
+            state[name] = pytree.unflatten(treedef, [np.zeros_like(x) for x in leaves])
+        return state
+
+    def __call__(self, params, state, *data, lr=None):
+        """One step at the optimiser's learning rate (or ``lr``); returns the loss before it."""
+        step_count = self._check_state(state)
+        slot_trees = [state[name] for name in self.optimizer.slots]
+        leaves = []
+        key = pytree.keyed_flatten((params, slot_trees, data), leaves, leaf_signature)
+        run = self._runs.get(key)
+        if run is None:
+            run = self._runs[key] = self._compile(params, slot_trees, data)
+        updated = run.n_params + run.n_slots
+        written, data_leaves = leaves[:updated], leaves[updated:]
+        self._check_aliasing(written, data_leaves, run)
+        lr = self.optimizer.learning_rate(step_count) if lr is None else float(lr)
+        scalars = self.optimizer.scalars(step_count, lr)
+        inputs = written[:run.n_params] + data_leaves + written[run.n_params:] + list(scalars)
+        loss = run(inputs, written)
+        state[STEP][...] = step_count + 1
+        return loss
+
+    def _check_state(self, state) -> int:
+        expected = {STEP, *self.optimizer.slots}
+        if not isinstance(state, dict) or set(state) != expected:
+            raise TracingError(f"state must be the dict made by step.init(params), with keys "
+                               f"{sorted(expected)}; got {type(state).__name__}"
+                               f"{' with keys ' + str(sorted(state)) if isinstance(state, dict) else ''}")
+        count = state[STEP]
+        if not (isinstance(count, np.ndarray) and count.shape == () and count.dtype.kind == "i"):
+            raise TracingError(f"state[{STEP!r}] must be the 0-d integer array made by step.init")
+        return int(count)
+
+    def _compile(self, params, slot_trees, data):
+        args = (params,) + tuple(data)
+        spec, leaves = arg_spec(self.fn, args, 0)
+        n_params = spec.arg_treedef(0).num_leaves
+        param_tree = spec.arg_treedef(0)
+        names = argument_names(self.fn, len(args))
+        paths = pytree.leaf_paths(param_tree, names[0])
+        data_paths = [p for name, child in zip(names[1:], spec.treedef.children[1:])
+                      for p in pytree.leaf_paths(child, name)]
+        for path, x in zip(paths, leaves[:n_params]):
+            check_updatable(path, x)
+        for name, tree in zip(self.optimizer.slots, slot_trees):
+            slot_leaves, slot_tree = pytree.flatten(tree)
+            slot_paths = pytree.leaf_paths(slot_tree, f"state[{name!r}]")
+            if slot_tree != param_tree:
+                raise TracingError(f"state[{name!r}] has the structure {slot_tree}, but params has "
+                                   f"{param_tree}; make the state with step.init(params)")
+            for path, x, p in zip(slot_paths, slot_leaves, leaves[:n_params]):
+                check_updatable(path, x)
+                if x.shape != p.shape or x.dtype != p.dtype:
+                    raise DtypeError(f"{path} is {x.dtype}{list(x.shape)} but its parameter is "
+                                     f"{p.dtype}{list(p.shape)}; make the state with step.init(params)")
+            paths = paths + slot_paths
+        program = training_program(joint_program(trace_loss(self.fn, args, spec), spec.wrt), self.optimizer)
+        run = CompiledUpdate(program, n_params, len(paths) - n_params, self.optimizer.scalar_names,
+                             self.backend, name_hint(self.fn), self.cache)
+        run.paths, run.data_paths = paths, data_paths
+        return run
+
+    def _check_aliasing(self, written: list, data: list, run: "CompiledUpdate") -> None:
+        """Refuse arrays updated in place that overlap each other or a data array."""
+        paths = run.paths
+        if len(written) != len(self._written) or any(a is not b for a, b in zip(written, self._written)):
+            for path, x in zip(paths, written):
+                check_updatable(path, x)
+            bounds = sorted((start, start + x.nbytes, path) for path, x in zip(paths, written)
+                            for start in (x.__array_interface__["data"][0],))
+            for (_, end, first), (start, _, second) in zip(bounds, bounds[1:]):
+                if start < end:
+                    raise ValueError(f"{first} and {second} share memory; each parameter and state "
+                                     f"array is updated in place and must be an array of its own")
+            self._written, self._bounds = list(written), bounds
+        starts = [b[0] for b in self._bounds]
+        for k, x in enumerate(data):
+            if isinstance(x, np.ndarray) and x.flags.c_contiguous and x.nbytes:
+                start = x.__array_interface__["data"][0]
+                i = bisect.bisect_right(starts, start + x.nbytes - 1) - 1
+                if i >= 0 and self._bounds[i][1] > start:
+                    raise ValueError(f"{run.data_paths[k]} shares memory with {self._bounds[i][2]}, "
+                                     f"which the step updates in place; pass a copy")
+
+
+def check_updatable(path: str, x) -> None:
+    if not (isinstance(x, np.ndarray) and is_float(x.dtype)):
+        raise DtypeError(f"{path} is updated in place, so it must be a float32 or float64 NumPy "
+                         f"array; got {type(x).__name__}{'' if not hasattr(x, 'dtype') else ' of ' + str(x.dtype)}")
+    if not (x.flags.c_contiguous and x.flags.writeable):
+        raise DtypeError(f"{path} is updated in place, so it must be a writeable C-contiguous array "
+                         f"(pass np.ascontiguousarray(...) once, before training)")
+
+
+class CompiledUpdate:
+    """One signature of a training step: ``run(inputs, written) -> loss``."""
+
+    paths: list[str]        # of the arrays updated in place
+    data_paths: list[str]   # of the data leaves
+
+    def __init__(self, program: Program, n_params, n_slots, scalar_names, backend, hint, cache):
+        self.program, self.n_params, self.n_slots = program, n_params, n_slots
+        if backend == "interp":
+            self.native = None
+            return
+        plan = compile_plan(program)
+        slots_end = len(program.inputs) - len(scalar_names)
+        updated = program.inputs[:n_params] + program.inputs[slots_end - n_slots:slots_end]
+        check_updates_in_place(plan, zip(updated, plan.outputs[1:]))
+        self.native, self.source = native_step(plan, hint, cache)
+
+    def __call__(self, inputs: list, written: list):
+        if self.native is not None:
+            return self.native(*inputs, out=written)[0][()]
+        outputs = interp.run(self.program, *inputs)
+        for target, value in zip(written, outputs[1:]):
+            np.copyto(target, value)
+        return outputs[0][()]
+
+
+def train_step(loss_fn, optimizer: Optimizer, *, backend="numba", cache=True) -> TrainStep:
+    """A training step for ``loss_fn(params, *data)`` (a function or a ``compile_loss`` of one):
+    ``state = step.init(params)``, then ``loss = step(params, state, *data)`` computes the loss
+    and gradients and applies ``optimizer``'s update to ``params`` and ``state`` in place."""
+    return TrainStep(loss_fn, optimizer, backend, cache)
