@@ -15,8 +15,13 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
-demo: $(VENV)/.installed
-	$(PY) examples/demo.py
+$(VENV)/.installed-examples: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e '.[examples]'
+	touch $@
+
+# The other scripts in examples/ run the same way: $(PY) examples/NAME.py
+demo: $(VENV)/.installed-examples
+	$(PY) examples/mlp_digits.py
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q

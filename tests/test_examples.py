@@ -1,0 +1,96 @@
+"""Each script in examples/ runs (in this process, with few steps) and reaches what it claims.
+
+The examples import their shared helper as ``_common``, so the examples folder goes on sys.path.
+Compiled steps land in the test cache directory set by conftest.py. No timing is asserted.
+"""
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.fixture(scope="module")
+def load():
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        yield importlib.import_module
+    finally:
+        sys.path.remove(str(EXAMPLES))
+
+
+def test_every_example_is_tested():
+    scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit"}
+
+
+def test_mlp_digits(load, capsys):
+    result = load("mlp_digits").main(steps=200)
+    out = capsys.readouterr().out
+    assert "matmul" in out and "softmax_cross_entropy" in out        # the traced program is shown
+    assert result["grad_diff"] < 1e-10                               # compiled == interp == hand-written NumPy
+    assert result["final_loss"] < 0.25 * result["initial_loss"]
+    assert result["test_accuracy"] > 0.9
+    assert "test accuracy" in out and "hand-written NumPy" in out
+    assert result["compiled_s"] > 0 and result["numpy_s"] > 0
+
+
+def test_regression_matches_exact_solutions(load, capsys):
+    result = load("regression").main(steps=150)
+    for name in ("ridge", "logistic"):
+        assert result[name]["final_loss"] < result[name]["initial_loss"]
+        assert result[name]["diff"] < 1e-5, name
+    assert "closed-form" in capsys.readouterr().out
+
+
+def test_attention_loss_falls(load):
+    result = load("attention").main(steps=150)
+    assert result["final_loss"] < result["initial_loss"] / 20
+
+
+def test_curve_fit_recovers_parameters(load):
+    result = load("curve_fit").main(steps=300)
+    assert result["grad_diff"] < 1e-10
+    for k, true in result["true"].items():
+        assert result["fitted"][k] == pytest.approx(true, abs=0.05), k
+    assert result["final_loss"] < 0.05                               # about the noise variance, 0.04
+
+
+def test_progress_redraws_in_place_on_a_tty(load):
+    progress_mod = load("_common")
+
+    class Tty:
+        def __init__(self):
+            self.text = ""
+
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            self.text += s
+
+        def flush(self):
+            pass
+
+    stream = Tty()
+    progress = progress_mod.Progress(3, stream=stream)
+    for i, loss in enumerate((3.0, 2.0, 1.0)):
+        progress.update(i, loss)
+    progress.close()
+    assert stream.text.startswith("\r") and stream.text.endswith("\n")
+    assert stream.text.count("\n") == 1 and "3/3  loss 1.00000" in stream.text
+
+
+def test_script_runs_from_the_command_line(tmp_path):
+    """`python examples/NAME.py --steps N` works as a script (its own folder on sys.path, output piped)."""
+    run = subprocess.run([sys.executable, str(EXAMPLES / "attention.py"), "--steps", "20"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("step  1/20") and lines[-2].startswith("step 20/20")
+    assert "\r" not in run.stdout                                    # plain lines when not a terminal
+    assert np.isfinite(float(lines[-1].split()[2].rstrip(",")))
