@@ -9,13 +9,14 @@ from typing import Callable
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, interp, passes, pytree
+from . import codegen, feedback, interp, passes, pytree
 from .errors import DtypeError, ShapeError, TracingError
 from .ir import Program, is_float
 from .lower import lower
 from .plan import make_plan
 from .runtime import NativeStep, fast_call
 from .trace import argument_names, trace_with_tree
+from .tracebacks import trimmed
 from .vjp import vjp
 
 BACKENDS = ("numba", "interp")
@@ -83,20 +84,26 @@ def trace_loss(fn, args, spec: ArgSpec) -> Program:
     return program
 
 
-def joint_program(forward: Program, wrt) -> Program:
+def joint_program(forward: Program, wrt, timings=feedback.NO_TIMINGS) -> Program:
     """Forward and backward in one program: outputs are the loss and one gradient per ``wrt``."""
-    return passes.optimize(vjp(forward, wrt))
+    with timings.stage("vjp"):
+        joint = vjp(forward, wrt)
+    with timings.stage("passes"):
+        return passes.optimize(joint)
 
 
-def compile_plan(joint: Program):
+def compile_plan(joint: Program, timings=feedback.NO_TIMINGS):
     """The replay plan of a joint program: composites lowered, optimised again, fused, planned."""
-    return make_plan(passes.optimize(lower(joint)))
+    with timings.stage("plan"):
+        return make_plan(passes.optimize(lower(joint)))
 
 
-def native_step(plan, hint: str, cache: bool) -> tuple[NativeStep, str]:
+def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS) -> tuple[NativeStep, str]:
     """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry."""
-    source, arguments = codegen.render(plan)
-    module = disk_cache.load_module(source, name_hint=hint, cache=cache)
+    with timings.stage("codegen"):
+        source, arguments = codegen.render(plan)
+    with timings.stage("load"):
+        module = disk_cache.load_module(source, name_hint=hint, cache=cache)
     return NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source
 
 
@@ -138,6 +145,9 @@ class Step:
     run: Callable
     source: str | None = None    # the generated module (numba backend)
     fast: Callable | None = None  # args -> (loss, grads) or None: the checked fast path
+    forward: Program | None = None   # the traced forward program
+    plan: object = None              # the replay plan (numba backend)
+    timings: feedback.Timings | None = None  # seconds per compilation stage, origin of the code
 
     def __post_init__(self):
         self._builders = [pytree.builder(self.spec.arg_treedef(i)) for i in self.spec.argnums]
@@ -191,6 +201,7 @@ class CompiledLoss:
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
         there and ``out`` is returned, so a steady-state call allocates no gradient arrays.
         Keyword arguments are bound to the function's positional parameters."""
+        __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
         if kwargs:
             args = self._positional(args, kwargs)
         if out is None and self._fast is not None:
@@ -222,21 +233,38 @@ class CompiledLoss:
         key = pytree.keyed_flatten(args, leaves, leaf_signature)
         step = self._steps.get(key)
         if step is None:
+            __tracebackhide__ = True  # noqa: F841
             self._misses += count
-            step = self._steps[key] = self._compile(args)
+            timings = feedback.Timings()
+            status = feedback.Status(self.__name__, timings)  # "compiling..." if it takes long
+            status.start()
+            try:
+                step = self._compile(args, timings, status)
+            except BaseException as error:
+                status.finish(failed=True)
+                raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
+            if step.plan is not None:
+                status.pause()  # numba compiles or loads at the first call, which resumes it
+            else:
+                status.finish()
+            self._steps[key] = step
         else:
             self._hits += count
         return step, leaves
 
-    def _compile(self, args) -> Step:
+    def _compile(self, args, timings=feedback.NO_TIMINGS, status=None) -> Step:
         spec, leaves = arg_spec(self.fn, args, self.argnums)
-        program = joint_program(trace_loss(self.fn, args, spec), spec.wrt)
+        with timings.stage("trace"):
+            forward = trace_loss(self.fn, args, spec)
+        program = joint_program(forward, spec.wrt, timings)
         if self.backend == "interp":
-            return Step(spec, program, functools.partial(interp.run, program))
-        native, source = native_step(compile_plan(program), name_hint(self.fn), self.cache)
+            return Step(spec, program, functools.partial(interp.run, program), forward=forward, timings=timings)
+        plan = compile_plan(program, timings)
+        native, source = native_step(plan, name_hint(self.fn), self.cache, timings)
+        feedback.watch_first_call(native, timings, status)
         fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
                          [spec.arg_treedef(i) for i in spec.argnums], self._single, native)
-        return Step(spec, program, native, source, fast)
+        return Step(spec, program, native, source, fast, forward, plan, timings)
 
     def cache_info(self) -> CacheInfo:
         sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in self._steps.values())
@@ -255,9 +283,19 @@ class CompiledLoss:
             raise ValueError(f"backend={self.backend!r} generates no source; use backend='numba'")
         return step.source
 
+    def explain(self, *args, **kwargs):
+        """A report on the step that runs for ``args``: its programs, fusion groups, buffer plan,
+        generated source and the time each compilation stage took. It renders as text (``print``)
+        and as HTML in a notebook. The step is compiled (or loaded) and run once if it was not yet."""
+        __tracebackhide__ = True  # noqa: F841
+        from .explain import explain
+        if kwargs:
+            args = self._positional(args, kwargs)
+        return explain(self, args)
+
     def __repr__(self) -> str:
-        n = len(self._steps)
-        return f"<compiled loss {self.__name__!r}: {n} signature{'s' if n != 1 else ''}, backend={self.backend}>"
+        from .explain import summary
+        return f"<compiled loss {self.__name__!r}: {summary(self)}>"
 
 
 def compile_loss(fn=None, *, argnums=0, backend="numba", cache=True):

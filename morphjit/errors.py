@@ -23,7 +23,7 @@ class MorphjitError(Exception):
         self.loc = loc
 
     def __str__(self) -> str:
-        return f"{self.message}\n  at {self.loc}" if self.loc else self.message
+        return f"{self.message}\n  at {describe_location(self.loc)}" if self.loc else self.message
 
 
 class ShapeError(MorphjitError, ValueError):
@@ -56,3 +56,22 @@ def user_location() -> SourceLoc | None:
 
 def _inside_package(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_SKIPPED_DIRS)
+
+
+def describe_location(loc: SourceLoc) -> str:
+    """``loc`` as text; a notebook or IPython cell is named as IPython does (``Cell In[3], line 5``)."""
+    cell = _ipython_cell(loc.filename)
+    if cell is None:
+        return str(loc)
+    text = f"{cell}, line {loc.lineno} in {loc.function}"
+    return f"{text}: {loc.code}" if loc.code else text
+
+
+def _ipython_cell(filename: str) -> str | None:
+    ipython = sys.modules.get("IPython")  # only when IPython is already running
+    try:
+        shell = ipython.get_ipython() if ipython is not None else None
+        label = shell.compile.format_code_name(filename) if shell is not None else None
+    except Exception:  # an IPython without format_code_name, or a replaced compiler
+        return None
+    return " ".join(label) if label else None
