@@ -10,12 +10,13 @@ also works outside a traced function. Plain NumPy calls on tracers arrive here t
 from __future__ import annotations
 
 import builtins
+import math
 
 import numpy as np
 
 from .errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
-from .ir import Lit, dtype_name, is_float
-from .ops import OPS, keepdims_shape, slice_shape
+from .ir import Lit, Sym, dtype_name, is_float
+from .ops import OPS, broadcast_shapes, keepdims_shape, slice_shape
 from .trace import SUPPORTED_DTYPES, Tracer
 
 _WEAK_PROTOTYPES = {"b": False, "i": 0, "u": 0, "f": 0.0}
@@ -192,7 +193,7 @@ def where(condition, x, y):
     if known is None:
         return _apply("where", [cond, a, b])
     chosen = a if known.value else b
-    shape = tuple(np.broadcast_shapes(_shape_of(a), _shape_of(b)))
+    shape = broadcast_shapes("where", _shape_of(a), _shape_of(b))
     if _literal(chosen) is not None:
         return full(shape, _literal(chosen).value, dtype, like=_trace_of([a, b]))
     return broadcast_to(chosen, shape)
@@ -264,8 +265,7 @@ def mean(a, axis=None, dtype=None, out=None, keepdims=False):
     _no_out("mean", out)
     a = _as_array(a)
     a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
-    count = int(np.prod([a.shape[i] for i in normalize_axes("mean", axis, a.ndim)], dtype=np.int64))
-    return multiply(sum(a, axis, keepdims=keepdims), 1.0 / count if count else np.nan)
+    return multiply(sum(a, axis, keepdims=keepdims), _reciprocal_count(a, normalize_axes("mean", axis, a.ndim)))
 
 
 def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
@@ -273,8 +273,17 @@ def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
     a = _as_array(a)
     a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
     centred = subtract(a, mean(a, axis, keepdims=True))
-    count = int(np.prod([a.shape[i] for i in normalize_axes("var", axis, a.ndim)], dtype=np.int64))
-    return multiply(sum(square(centred), axis, keepdims=keepdims), 1.0 / builtins.max(count - ddof, 0))
+    return multiply(sum(square(centred), axis, keepdims=keepdims),
+                    _reciprocal_count(a, normalize_axes("var", axis, a.ndim), ddof))
+
+
+def _reciprocal_count(a, axes, ddof=0):
+    """``1 / (number of elements reduced - ddof)``: a traced scalar when it depends on the batch size."""
+    count = math.prod(a.shape[i] for i in axes)
+    if isinstance(count, Sym) and not ddof:
+        return divide(1.0, full((), count, a.dtype, like=_trace_of([a])))
+    count = builtins.max(count - ddof, 0)
+    return 1.0 / count if count else np.nan
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
@@ -302,18 +311,25 @@ def reshape(a, newshape, order="C"):
     return a if shape == a.shape else _apply("reshape", [a], shape=shape)
 
 
+def _extents(shape) -> tuple:
+    """A shape argument as a tuple of extents (ints, or batch-dependent ``Sym``s)."""
+    if isinstance(shape, (int, np.integer, Sym)):
+        shape = (shape,)
+    return tuple(d if isinstance(d, Sym) else int(d) for d in shape)
+
+
 def _resolve_shape(old, new) -> tuple[int, ...]:
-    new = (new,) if isinstance(new, (int, np.integer)) else tuple(int(d) for d in new)
-    size = int(np.prod(old, dtype=np.int64))
+    new = _extents(new)
+    size = math.prod(old)
     if new.count(-1) > 1:
         raise ShapeError(f"reshape: can only specify one unknown dimension in {new}", user_location())
     if -1 in new:
-        known = int(np.prod([d for d in new if d != -1], dtype=np.int64))
-        if known == 0 or size % known:
+        known = math.prod(d for d in new if d != -1)
+        if known == 0 or not isinstance(size, Sym) and size % known:
             raise ShapeError(f"reshape: cannot reshape an array of shape {old} into shape {new}",
                              user_location())
         new = tuple(size // known if d == -1 else d for d in new)
-    if int(np.prod(new, dtype=np.int64)) != size:
+    if math.prod(new) != size:
         raise ShapeError(f"reshape: cannot reshape an array of shape {old} into shape {new}", user_location())
     return new
 
@@ -339,7 +355,7 @@ def swap_last(a):
 
 
 def broadcast_to(array, shape):
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+    shape = _extents(shape)
     x = _value(array)
     if isinstance(x, Lit) or not isinstance(x, (Tracer, np.ndarray)):
         return full(shape, x.value if isinstance(x, Lit) else x, _dtype_of(x), like=_trace_of([array]))
@@ -485,9 +501,10 @@ def stack(arrays, axis=0):
 
 def full(shape, fill_value, dtype=None, like=None):
     """An array of ``fill_value``; traced (inside ``like``'s trace) when ``like`` is a trace."""
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    shape = _extents(shape)
     dtype = np.dtype(dtype) if dtype is not None else np.result_type(fill_value)
-    params = dict(shape=shape, dtype=dtype_name(dtype), value=dtype.type(fill_value).item())
+    value = fill_value if isinstance(fill_value, Sym) else dtype.type(fill_value).item()
+    params = dict(shape=shape, dtype=dtype_name(dtype), value=value)
     return like.bind("fill", (), **params) if like is not None else OPS["fill"].impl(**params)
 
 

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
-from .ir import Namer, Var, literal
+from .ir import BATCH, Namer, Sym, Var, literal
 from .ops import OPS
 from .plan import Acc, Alias, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
 
@@ -25,6 +25,11 @@ ENTRY = "step"
 
 def internal_shape(shape) -> tuple[int, ...]:
     return tuple(shape) or (1,)
+
+
+def batched_input(inputs) -> Var | None:
+    """The first input whose leading extent is the batch size, which the step reads it from."""
+    return next((v for v in inputs if v.shape and isinstance(v.shape[0], Sym)), None)
 
 
 class Emitter:
@@ -210,6 +215,8 @@ class StepWriter(Writer):
     def __init__(self, plan: Plan):
         super().__init__(Emitter(), Namer())
         self.plan = plan
+        # the run-time extents a helper's loops may need, passed along
+        self.extents = [BATCH] if batched_input(plan.inputs) is not None else []
 
     def arguments(self) -> list[Var]:
         """Inputs, constants, the pooled buffers (as views) and the outputs, in that order."""
@@ -233,10 +240,13 @@ class StepWriter(Writer):
         out.line(DECORATOR)
         out.line(f"def {ENTRY}({', '.join(arg_names)}):")
         out.depth += 1
+        batched = batched_input(self.plan.inputs)
+        if batched is not None:
+            out.line(f"{BATCH} = {self.names.name(batched)}.shape[0]")
         for ins in self.plan.instructions:
             if id(ins) in calls:
                 helper, params = calls[id(ins)]
-                out.line(f"{helper}({', '.join(self.names.name(v) for v in params)})")
+                out.line(f"{helper}({', '.join([self.names.name(v) for v in params] + self.extents)})")
             else:
                 getattr(self, type(ins).__name__.lower())(ins)
         out.line("return 0")
@@ -262,7 +272,8 @@ class StepWriter(Writer):
                 self.out.line("")
                 self.out.line("")
                 self.out.line(DECORATOR)
-                self.out.line(f"def {names[text]}({', '.join(f'a{k}' for k in range(len(params)))}):")
+                arguments = [f"a{k}" for k in range(len(params))] + self.extents
+                self.out.line(f"def {names[text]}({', '.join(arguments)}):")
                 self.out.lines.append(text.rstrip("\n"))
             calls[key] = (names[text], params)
         return calls

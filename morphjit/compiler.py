@@ -10,8 +10,8 @@ import numpy as np
 
 from . import cache as disk_cache
 from . import codegen, feedback, interp, passes, pytree
-from .errors import DtypeError, ShapeError, TracingError
-from .ir import Program, is_float
+from .errors import DtypeError, MorphjitError, ShapeError, TracingError
+from .ir import Program, Specialize, is_float
 from .lower import lower
 from .plan import make_plan
 from .runtime import NativeStep, fast_call
@@ -20,6 +20,7 @@ from .tracebacks import trimmed
 from .vjp import vjp
 
 BACKENDS = ("numba", "interp")
+SPECIALISED = "specialised"   # a signature whose program needs the concrete batch size
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,10 @@ def check_differentiable(leaf, path: str) -> None:
                          f"or choose the differentiated arguments with argnums)")
 
 
-def trace_loss(fn, args, spec: ArgSpec) -> Program:
-    """The forward program of ``fn``, checked to return one float scalar."""
-    program, out_tree = trace_with_tree(fn, args)
+def trace_loss(fn, args, spec: ArgSpec, batched=frozenset()) -> Program:
+    """The forward program of ``fn``, checked to return one float scalar; the leading extent of
+    the leaves in ``batched`` is the symbolic batch size."""
+    program, out_tree = trace_with_tree(fn, args, batched)
     if out_tree.num_leaves != 1:
         raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
                            f"({out_tree.num_leaves} arrays)")
@@ -110,6 +112,40 @@ def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS) -> tu
 def name_hint(fn) -> str:
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in getattr(fn, "__name__", "step"))
     return name[:40] or "step"
+
+
+def batched_leaves(leaves, wrt) -> frozenset[int]:
+    """The data leaves whose leading extent is the batch size: that of the first data array.
+
+    Data leaves are those not differentiated; one with another leading extent keeps it concrete.
+    """
+    differentiated = set(wrt)
+    data = [k for k, x in enumerate(leaves)
+            if k not in differentiated and isinstance(x, np.ndarray) and x.ndim]
+    if not data:
+        return frozenset()
+    batch = leaves[data[0]].shape[0]
+    return frozenset(k for k in data if leaves[k].shape[0] == batch)
+
+
+def shape_key(treedef, leaves, batched) -> tuple:
+    """A call's signature with the batch size left out: the key of a polymorphic step."""
+    return treedef, tuple((None,) + x.shape[1:] + (x.dtype,) if k in batched else leaf_signature(x)
+                          for k, x in enumerate(leaves))
+
+
+def batch_mismatch(fn, args, spec: ArgSpec, leaves) -> ShapeError | None:
+    """The error to raise when data arguments disagree on their leading (batch) extent."""
+    names = argument_names(fn, len(args))
+    paths = [p for name, child in zip(names, spec.treedef.children) for p in pytree.leaf_paths(child, name)]
+    differentiated = set(spec.wrt)
+    data = [(paths[k], x.shape[0]) for k, x in enumerate(leaves)
+            if k not in differentiated and isinstance(x, np.ndarray) and x.ndim]
+    other = next(((p, n) for p, n in data if n != data[0][1]), None)
+    if other is None:
+        return None
+    return ShapeError(f"{data[0][0]} has {data[0][1]} rows but {other[0]} has {other[1]}: data "
+                      f"arguments share their leading (batch) dimension")
 
 
 def grad_program(fn, *args, argnums=0) -> Program:
@@ -187,13 +223,15 @@ class Step:
 class CompiledLoss:
     """A loss function compiled, per input signature, into a step returning (loss, gradients)."""
 
-    def __init__(self, fn, argnums=0, backend="numba", cache=True):
+    def __init__(self, fn, argnums=0, backend="numba", cache=True, static_shapes=False):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         functools.update_wrapper(self, fn)
         self.fn, self.argnums, self.backend, self.cache = fn, argnums, backend, cache
+        self.static_shapes = static_shapes
         self._single = not isinstance(argnums, (tuple, list))
-        self._steps: dict = {}
+        self._steps: dict = {}     # a call's leaf signatures -> its step
+        self._shapes: dict = {}    # signatures without the batch size -> a polymorphic step, or SPECIALISED
         self._hits = self._misses = 0
         self._fast = None  # the generated fast path of the signature called last
 
@@ -234,28 +272,58 @@ class CompiledLoss:
         step = self._steps.get(key)
         if step is None:
             __tracebackhide__ = True  # noqa: F841
-            self._misses += count
-            timings = feedback.Timings()
-            status = feedback.Status(self.__name__, timings)  # "compiling..." if it takes long
-            status.start()
             try:
-                step = self._compile(args, timings, status)
+                step = self._steps[key] = self._step_of_shapes(args, leaves, count)
             except BaseException as error:
-                status.finish(failed=True)
                 raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
-            if step.plan is not None:
-                status.pause()  # numba compiles or loads at the first call, which resumes it
-            else:
-                status.finish()
-            self._steps[key] = step
         else:
             self._hits += count
         return step, leaves
 
-    def _compile(self, args, timings=feedback.NO_TIMINGS, status=None) -> Step:
-        spec, leaves = arg_spec(self.fn, args, self.argnums)
+    def _step_of_shapes(self, args, leaves, count) -> Step:
+        """The step for a new leaf signature: the polymorphic step that serves it at another batch
+        size, or a new one (specialised to the call's shapes where the program needs them)."""
+        timings = feedback.Timings()
+        status = feedback.Status(self.__name__, timings)  # "compiling..." if it takes long
+        try:
+            spec, _ = arg_spec(self.fn, args, self.argnums)
+            batched = frozenset() if self.static_shapes else batched_leaves(leaves, spec.wrt)
+            shapes = shape_key(spec.treedef, leaves, batched)
+            step = self._shapes.get(shapes)
+            if step is not None and step is not SPECIALISED:
+                self._hits += count
+                return step
+            self._misses += count
+            status.start()
+            if batched and step is not SPECIALISED:
+                try:
+                    step = self._shapes[shapes] = self._compile(args, spec, batched, timings, status)
+                except (Specialize, MorphjitError):
+                    self._shapes[shapes] = SPECIALISED
+            if step is None or step is SPECIALISED:
+                step = self._compile_specialised(args, spec, leaves, timings, status)
+        except BaseException:
+            status.finish(failed=True)
+            raise
+        if step.plan is not None:
+            status.pause()  # numba compiles or loads at the first call, which resumes it
+        else:
+            status.finish()
+        return step
+
+    def _compile_specialised(self, args, spec, leaves, timings, status) -> Step:
+        try:
+            return self._compile(args, spec, frozenset(), timings, status)
+        except MorphjitError as error:
+            mismatch = batch_mismatch(self.fn, args, spec, leaves)
+            if mismatch is None:
+                raise
+            raise mismatch from error
+
+    def _compile(self, args, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
+        leaves = pytree.flatten(tuple(args))[0]
         with timings.stage("trace"):
-            forward = trace_loss(self.fn, args, spec)
+            forward = trace_loss(self.fn, args, spec, batched)
         program = joint_program(forward, spec.wrt, timings)
         if self.backend == "interp":
             return Step(spec, program, functools.partial(interp.run, program), forward=forward, timings=timings)
@@ -263,13 +331,17 @@ class CompiledLoss:
         native, source = native_step(plan, name_hint(self.fn), self.cache, timings)
         feedback.watch_first_call(native, timings, status)
         fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
-                         [spec.arg_treedef(i) for i in spec.argnums], self._single, native)
+                         [spec.arg_treedef(i) for i in spec.argnums], self._single, native, batched)
         return Step(spec, program, native, source, fast, forward, plan, timings)
 
+    def steps(self) -> list[Step]:
+        """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
+        return list({id(s): s for s in self._steps.values()}.values())
+
     def cache_info(self) -> CacheInfo:
-        sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in self._steps.values())
-        loads = sum(isinstance(s.run, NativeStep) and disk_cache.loaded_from_disk(s.run.kernel)
-                    for s in self._steps.values())
+        steps = self.steps()
+        sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in steps)
+        loads = sum(isinstance(s.run, NativeStep) and disk_cache.loaded_from_disk(s.run.kernel) for s in steps)
         return CacheInfo(self._hits, self._misses, sigs, loads)
 
     def program(self, *args) -> Program:
@@ -298,13 +370,15 @@ class CompiledLoss:
         return f"<compiled loss {self.__name__!r}: {summary(self)}>"
 
 
-def compile_loss(fn=None, *, argnums=0, backend="numba", cache=True):
+def compile_loss(fn=None, *, argnums=0, backend="numba", cache=True, static_shapes=False):
     """Compile ``fn(params, *data) -> scalar loss`` into a step returning ``(loss, grads)``.
 
     Usable as ``@compile_loss``, ``@compile_loss(argnums=..., backend=...)`` or
     ``compile_loss(fn, ...)``. ``grads`` mirrors the structure of the differentiated
-    argument(s) (a tuple of them when ``argnums`` is a tuple).
+    argument(s) (a tuple of them when ``argnums`` is a tuple). The leading (batch) extent of the
+    data arguments is symbolic, so one compiled step serves every batch size, unless
+    ``static_shapes=True`` or the program needs the concrete size.
     """
     if fn is None:
-        return lambda f: CompiledLoss(f, argnums, backend, cache)
-    return CompiledLoss(fn, argnums, backend, cache)
+        return lambda f: CompiledLoss(f, argnums, backend, cache, static_shapes)
+    return CompiledLoss(fn, argnums, backend, cache, static_shapes)

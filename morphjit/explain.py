@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from . import cache as disk_cache
 from . import feedback
 from .fusion import Fusion
-from .ir import Binding, Namer, Program, Var, format_binding
+from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
 from .plan import Alias, Gemm, LabelCheck, Nest, Plan, RowNest
 from .runtime import NativeStep
@@ -54,6 +54,7 @@ class Explanation:
     timings: feedback.Timings | None
     origin: str | None            # feedback.COMPILED / DISK / MEMORY, None for the interp backend
     plan: Plan | None = None
+    batch: int | None = None      # the batch size of the arguments, for a polymorphic step
     groups: list[FusionGroup] = field(default_factory=list)
     source: str | None = None
     module_file: str | None = None
@@ -62,11 +63,11 @@ class Explanation:
 
     @property
     def workspace_bytes(self) -> int:
-        return self.plan.workspace_bytes if self.plan is not None else 0
+        return evaluate(self.plan.workspace_bytes, self.batch) if self.plan is not None else 0
 
     @property
     def naive_bytes(self) -> int:
-        return self.plan.naive_bytes if self.plan is not None else 0
+        return evaluate(self.plan.naive_bytes, self.batch) if self.plan is not None else 0
 
     @property
     def naive_buffers(self) -> int:
@@ -78,7 +79,8 @@ class Explanation:
     # -- sections shared by both renderings: (title, kind, content)
 
     def headline(self) -> str:
-        return f"morphjit step for {self.name!r} at ({self.signature})"
+        batch = "" if self.batch is None else f", batch size B = {self.batch}"
+        return f"morphjit step for {self.name!r} at ({self.signature}){batch}"
 
     def facts(self) -> list[tuple[str, str]]:
         rows = [("backend", self.backend)]
@@ -345,6 +347,7 @@ def explain(compiled, args) -> Explanation:
     signature = ", ".join(str(v.type) for v in step.program.inputs)
     report = Explanation(compiled.__name__, compiled.backend, signature, step.forward, step.program,
                          step.timings, step.timings.origin if step.timings else None)
+    report.batch = batch_size(step.program.inputs, leaves)
     if native is not None:
         report.plan = step.plan
         report.groups = fusion_groups(step.plan)
@@ -362,7 +365,7 @@ def module_file(native: NativeStep) -> str | None:
 
 def summary(compiled) -> str:
     """The body of ``repr(loss)``: signatures, instructions, where the machine code lives."""
-    steps = list(compiled._steps.values())
+    steps = compiled.steps()
     n = len(steps)
     parts = []
     if compiled.backend == "interp":

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .indexing import is_unit_reshape
-from .ir import Binding, Program, Var
+from .ir import Binding, Program, Var, magnitude
 from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
 
 EXPENSIVE = 8
@@ -95,9 +95,17 @@ class Fusion:
         kind = OPS[b.op].kind
         if kind not in (ELEMENTWISE, SOURCE):
             return False
+        if not self.reads_buffers(b.out):
+            return False  # a constant expression (1 / the batch size): hoisted out of any loop
         users = self.consumers[id(b.out)]
-        repeated = len(users) > 1 or any(u.out.type.size > b.out.type.size for u in users)
+        repeated = len(users) > 1 or any(magnitude(u.out.type.size) > magnitude(b.out.type.size) for u in users)
         return repeated and self.cost(b.out) > RECOMPUTE_LIMIT
+
+    def reads_buffers(self, v: Var) -> bool:
+        if self.is_root(v):
+            return True
+        b = self.producer[id(v)]
+        return OPS[b.op].kind != SOURCE and any(self.reads_buffers(x) for x in b.inputs if isinstance(x, Var))
 
     def cost(self, v: Var) -> int:
         """Arithmetic ops needed to recompute one element of ``v`` from buffers."""

@@ -12,6 +12,7 @@ renders the constant ``c`` in the op's dtype (so float32 loops stay float32).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -63,10 +64,14 @@ def defop(name: str, kind: str, infer, impl, vjp=None, **extra) -> Op:
 # Shape and dtype rules
 
 def broadcast_shapes(op: str, *shapes) -> tuple[int, ...]:
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ShapeError(f"{op}: cannot broadcast shapes {' and '.join(map(str, shapes))}") from None
+    ndim = max((len(s) for s in shapes), default=0)
+    result = []
+    for dims in zip(*[(1,) * (ndim - len(s)) + tuple(s) for s in shapes]):
+        sizes = set(d for d in dims if d != 1)
+        if len(sizes) > 1:
+            raise ShapeError(f"{op}: cannot broadcast shapes {' and '.join(str(tuple(s)) for s in shapes)}")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
 
 
 def same_dtype(op: str, types) -> np.dtype:
@@ -250,7 +255,7 @@ defop("min", REDUCE, reduction_rule("min"), lambda x, axes: np.min(x, axis=axes)
 
 def _reshape_rule(types, shape):
     (x,) = types
-    if int(np.prod(shape, dtype=np.int64)) != x.size:
+    if math.prod(shape) != x.size:
         raise ShapeError(f"reshape: cannot reshape an array of shape {x.shape} into shape {tuple(shape)}")
     return TensorType(shape, x.dtype)
 

@@ -18,8 +18,8 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-from .ir import Binding, Lit, Program, TensorType, Var, dtype_name, format_binding, Namer, params_of
-from .ops import ELEMENTWISE, OPS
+from .ir import Binding, Lit, Namer, Program, Sym, TensorType, Var, dtype_name, format_binding, params_of
+from .ops import ELEMENTWISE, OPS, broadcast_shapes
 
 
 def dce(program: Program) -> Program:
@@ -128,7 +128,9 @@ def constant(x, producer: Producer) -> Lit | None:
     if isinstance(x, Lit):
         return x
     fill = fill_of(x, producer)
-    return None if fill is None else Lit(fill.kwargs["value"], x.dtype)
+    if fill is None or isinstance(fill.kwargs["value"], Sym):  # a batch size is no literal
+        return None
+    return Lit(fill.kwargs["value"], x.dtype)
 
 
 def holds(x, value, producer: Producer) -> bool:
@@ -157,7 +159,7 @@ def rewrite_operands(b: Binding, replacement) -> Expr | None:
     for i, x in enumerate(inputs):
         new = replacement(x)
         others = [y.type.shape for j, y in enumerate(inputs) if j != i]
-        if new is not None and np.broadcast_shapes(new.type.shape, *others) == b.out.shape:
+        if new is not None and broadcast_shapes(b.op, new.type.shape, *others) == b.out.shape:
             inputs[i] = new
     if all(x is y for x, y in zip(inputs, b.inputs)):
         return None

@@ -19,7 +19,7 @@ import numpy as np
 from .fusion import Fusion, blas_transpose_source
 from .indexing import (IndexMap, broadcast_map, element, is_unit_reshape, loop_vars, slice_map,
                        transpose_map, unit_reshape_map)
-from .ir import Lit, Namer, Program, TensorType, Var, literal
+from .ir import Lit, Namer, Program, Sym, TensorType, Var, degree, literal, magnitude, upper_bound
 from .ops import COMPOSITE, ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, VIEW
 
 # ---------------------------------------------------------------------------------------------
@@ -446,7 +446,7 @@ def same_row(imap: IndexMap, p: int) -> bool:
 @dataclass(frozen=True)
 class Slot:
     dtype: np.dtype
-    size: int       # elements
+    size: int | Sym     # elements
 
     @property
     def nbytes(self) -> int:
@@ -606,14 +606,15 @@ def check_updates_in_place(plan: Plan, pairs) -> None:
 
 def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:
     """A free slot of the dtype (the smallest that fits, else the largest, grown), or a new one."""
-    size = max(type.size, 1)
-    fitting = [i for i in free if slots[i].dtype == type.dtype]
+    size = type.size if isinstance(type.size, Sym) else max(type.size, 1)
+    fitting = [i for i in free if slots[i].dtype == type.dtype and degree(slots[i].size) == degree(size)]
     if not fitting:
         slots.append(Slot(type.dtype, size))
         return len(slots) - 1
-    big_enough = [i for i in fitting if slots[i].size >= size]
-    choice = min(big_enough, key=lambda i: slots[i].size) if big_enough else max(fitting, key=lambda i: slots[i].size)
-    slots[choice] = Slot(type.dtype, max(size, slots[choice].size))
+    big_enough = [i for i in fitting if upper_bound(slots[i].size, size) == slots[i].size]
+    choice = (min(big_enough, key=lambda i: magnitude(slots[i].size)) if big_enough
+              else max(fitting, key=lambda i: magnitude(slots[i].size)))
+    slots[choice] = Slot(type.dtype, upper_bound(size, slots[choice].size))
     free.remove(choice)
     return choice
 

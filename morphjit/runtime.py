@@ -1,47 +1,68 @@
 """Running a compiled step: the workspace pool, argument preparation and the native call."""
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
 
-from .codegen import internal_shape
+from .codegen import batched_input, internal_shape
+from .ir import evaluate, is_symbolic
 from .plan import Plan
 
 
 class NativeStep:
-    """Calls a compiled step: inputs in, fresh outputs back; the pool is allocated once.
+    """Calls a compiled step: inputs in, fresh outputs back.
 
-    Calls from several threads take turns: they would share the pool.
+    The workspace pool is allocated once, or, for a step whose data have a symbolic batch size,
+    once per larger batch size seen (a smaller batch uses views of the same pool). Calls from
+    several threads take turns: they would share the pool.
     """
 
     def __init__(self, plan: Plan, kernel, arguments):
         self.kernel = kernel
         self.lock = threading.Lock()
-        self.pool = [np.empty(slot.size, slot.dtype) for slot in plan.slots]
-        fixed = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
-        for v in arguments:
-            if id(v) in plan.slot_of:
-                shape = internal_shape(v.shape)
-                fixed[id(v)] = self.pool[plan.slot_of[id(v)]][:int(np.prod(shape))].reshape(shape)
+        self.slots = plan.slots
+        self.consts = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
         n_in, n_out = len(plan.inputs), len(plan.outputs)
-        self.fixed = [fixed[id(v)] for v in arguments[n_in:len(arguments) - n_out]]
+        self.workspace = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
         self.input_dtypes = [v.dtype for v in plan.inputs]
+        assert not any(is_symbolic(v.shape) for v in plan.outputs), "outputs are parameter-shaped"
         self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
+        batched = batched_input(plan.inputs)
+        self.batched = None if batched is None else plan.inputs.index(batched)
+        self.pool_batch, self.views = -1, {}
+        self.fixed = self.fixed_for(0) if self.batched is None else None
         self.call = self._first_call
+
+    def fixed_for(self, batch: int) -> list[np.ndarray]:
+        """The constants and workspace views the kernel takes after the inputs, at ``batch``."""
+        views = self.views.get(batch)
+        if views is None:
+            if batch > self.pool_batch:
+                self.pool = [np.empty(evaluate(slot.size, batch), slot.dtype) for slot in self.slots]
+                self.pool_batch, self.views = batch, {}
+            views = self.views[batch] = [self.consts[id(v)] if slot is None else self._view(v, slot, batch)
+                                         for v, slot in self.workspace]
+        return views
+
+    def _view(self, v, slot: int, batch: int) -> np.ndarray:
+        shape = internal_shape(evaluate(v.shape, batch))
+        return self.pool[slot][:math.prod(shape)].reshape(shape)
 
     def __call__(self, *leaves, out=None):
         """Run the step; ``out`` (checked by the caller) receives the outputs after the first."""
         inputs = [x if type(x) is np.ndarray and x.dtype is dtype and x.ndim and x.flags.c_contiguous
                   else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
+        fixed = self.fixed if self.batched is None else self.fixed_for(inputs[self.batched].shape[0])
         if out is None:
             outputs = [np.empty(shape, dtype) for shape, dtype in self.output_buffers]
         else:
             outputs = [np.empty(*self.output_buffers[0])] + [o.reshape(shape) for o, (shape, _) in
                                                              zip(out, self.output_buffers[1:])]
         with self.lock:
-            self.call(*inputs, *self.fixed, *outputs)
+            self.call(*inputs, *fixed, *outputs)
         if out is not None:
             return [outputs[0].reshape(())] + list(out)
         for i in self.scalar_outputs:
@@ -67,9 +88,10 @@ def prepare(x, dtype) -> np.ndarray:
 # The fast path of a call: one generated Python function per signature that checks the
 # arguments against the signature, allocates the gradients and calls the machine code.
 
-def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep):
+def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep, batched=frozenset()):
     """``f(args) -> (loss, grads)``, or ``None`` when ``args`` do not match this signature.
 
+    The leading extent of the leaves in ``batched`` is the batch size: any, but the same for all.
     Returns None (no fast path) for argument trees it cannot spell as source (unusual dict keys).
     """
     env = {"step": step, "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray}
@@ -82,13 +104,20 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
         return None
     body = ["def fast(args):", "    try:"] + [f"        {line}" for line in lines]
     body += ["    except (KeyError, IndexError, TypeError):", "        return None"]
+    first = min(batched, default=None)
     for k, (name, signature) in enumerate(zip(leaves, leaf_signatures)):
-        body += _leaf_check(name, signature, step.input_dtypes[k], env, k)
-    env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
+        body += _leaf_check(name, signature, step.input_dtypes[k], env, k,
+                            None if k not in batched else "define" if k == first else "match")
+    if batched:
+        body.append("    F = step.fixed_for(B)")
+        fixed = ["*F"]
+    else:
+        env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
+        fixed = [f"f{k}" for k in range(len(step.fixed))]
     for k, (shape, dtype) in enumerate(step.output_buffers):
         env[f"S{k}"], env[f"T{k}"] = shape, dtype
         body.append(f"    o{k} = empty(S{k}, T{k})")
-    arguments = leaves + [f"f{k}" for k in range(len(step.fixed))] + [f"o{k}" for k in range(len(step.output_buffers))]
+    arguments = leaves + fixed + [f"o{k}" for k in range(len(step.output_buffers))]
     body.append("    with step.lock:")
     body.append(f"        step.call({', '.join(arguments)})")
     body += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
@@ -118,15 +147,24 @@ def _guard(treedef, expr: str, lines: list, leaves: list, env: dict) -> None:
         _guard(child, f"{node}[{key!r}]", lines, leaves, env)
 
 
-def _leaf_check(name: str, signature, dtype, env: dict, k: int) -> list[str]:
+def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | None) -> list[str]:
+    """Lines checking one leaf; ``batch`` says whether its leading extent defines the batch size
+    ``B``, must match it, or (None) is fixed."""
     env[f"D{k}"] = dtype
     if not isinstance(signature, tuple):  # a Python scalar argument
         return [f"    if type({name}) is not {signature.__name__}: return None",
                 f"    {name} = ascontiguousarray({name}, D{k}).reshape(1)"]
     shape, _ = signature
-    env[f"P{k}"] = shape
-    lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype != D{k}: return None",
-             f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})"]
+    if batch is None:
+        env[f"P{k}"] = shape
+        lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype != D{k}: return None"]
+    else:
+        env[f"P{k}"] = shape[1:]
+        lines = [f"    if type({name}) is not ndarray or {name}.ndim != {len(shape)} or {name}.shape[1:] != P{k} "
+                 f"or {name}.dtype != D{k}: return None"]
+        lines.append(f"    B = {name}.shape[0]" if batch == "define" else
+                     f"    if {name}.shape[0] != B: return None")
+    lines.append(f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
     if not shape:
         lines.append(f"    {name} = {name}.reshape(1)")
     return lines

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import pytree
 from .errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
-from .ir import DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
+from .ir import BATCH_SIZE, DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
 from .ops import ELEMENTWISE, OPS
 
 
@@ -206,13 +206,15 @@ def trace(fn, *args) -> Program:
     return program
 
 
-def trace_with_tree(fn, args):
-    """``trace`` that also returns the output tree structure."""
+def trace_with_tree(fn, args, batched=frozenset()):
+    """``trace`` that also returns the output tree structure. The leading extent of the leaves
+    whose indices are in ``batched`` is the symbolic batch size."""
     leaves, treedef = pytree.flatten(tuple(args))
     paths = pytree.leaf_paths(treedef, "")
     names = argument_names(fn, len(args))
     t = Trace()
-    tracers = [input_tracer(t, leaf, readable_path(p, names)) for leaf, p in zip(leaves, paths)]
+    tracers = [input_tracer(t, leaf, readable_path(p, names), k in batched)
+               for k, (leaf, p) in enumerate(zip(leaves, paths))]
     try:
         out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
         outputs = tuple(output_var(t, x) for x in out_leaves)
@@ -238,7 +240,7 @@ def readable_path(path: str, names: list[str]) -> str:
     return names[int(index)] + rest
 
 
-def input_tracer(t: Trace, leaf, path: str) -> Tracer:
+def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
         dtype = np.result_type(type(leaf))
         return Tracer(t, Var(TensorType((), dtype)), weak=True)
@@ -246,7 +248,8 @@ def input_tracer(t: Trace, leaf, path: str) -> Tracer:
         if leaf.dtype not in SUPPORTED_DTYPES:
             raise DtypeError(f"argument {path} has dtype {leaf.dtype}; morphjit traces "
                              f"float32, float64, int32, int64 and bool arrays", user_location())
-        return Tracer(t, Var(TensorType(np.shape(leaf), leaf.dtype)))
+        shape = np.shape(leaf)
+        return Tracer(t, Var(TensorType((BATCH_SIZE,) + shape[1:] if batched else shape, leaf.dtype)))
     raise TracingError(f"argument {path} is a {type(leaf).__name__}, which cannot be traced: pass NumPy "
                        f"arrays, Python scalars, or dicts, lists and tuples of them", user_location())
 

@@ -214,7 +214,9 @@ def test_cache_hits_do_not_trace_again(problem):
     np.testing.assert_allclose(v2, _quadratic({k: v * 2 for k, v in params.items()}, x + 1))
     assert v1 != v2
 
-    loss(params, x[:2])                                            # new shape
+    loss(params, x[:2])                                            # another batch size: same step
+    assert (loss.cache_info().misses, len(traces)) == (1, 1)
+    loss({"W": params["W"][:2], "b": params["b"]}, x[:, :2])       # new feature shape
     assert (loss.cache_info().misses, len(traces)) == (2, 2)
     loss({k: v.astype(np.float32) for k, v in params.items()}, x.astype(np.float32))  # new dtype
     assert (loss.cache_info().misses, len(traces)) == (3, 3)
@@ -222,7 +224,7 @@ def test_cache_hits_do_not_trace_again(problem):
     assert (loss.cache_info().misses, len(traces)) == (4, 4)
     loss(params, x)                                                # back to the first signature
     info = loss.cache_info()
-    assert (info.hits, info.misses, len(traces)) == (2, 4, 4)
+    assert (info.hits, info.misses, len(traces)) == (3, 4, 4)
     assert len(info.signatures) == 4 and len(set(info.signatures)) == 4
 
 
@@ -387,7 +389,8 @@ def test_error_traced_value_escaping():
             leaked.append(w * 2.0)
         return mj.sum(leaked[0] * x)  # LINE-ESCAPE
 
-    step = mj.compile_loss(loss, backend=BACKEND)
+    # static shapes: with a symbolic batch this program (x broadcast against w) is traced twice
+    step = mj.compile_loss(loss, backend=BACKEND, static_shapes=True)
     step(np.ones(2), np.ones(2))
     with pytest.raises(mj.TracingError) as e:
         step(np.ones(3), np.ones(3))  # a new signature traces again and meets the old tracer

@@ -33,7 +33,10 @@ def test_report_holds_every_stage(mlp):
     assert list(report.timings.stages) == STAGES
     assert all(seconds >= 0 for seconds in report.timings.stages.values())
     assert report.origin in (feedback.COMPILED, feedback.DISK, feedback.MEMORY)
-    assert str(report.forward) == str(mj.trace(loss.fn, *args))
+    traced = mj.trace(loss.fn, *args)   # the report's is traced with a symbolic batch size
+    assert [b.op for b in report.forward.bindings] == [b.op for b in traced.bindings if b.op != "mul"] + [
+        "fill", "div", "mul"]
+    assert report.batch == args[1].shape[0] and "B = " in report.headline()
     assert str(report.joint) == str(loss.program(*args))
     assert report.source == loss.source(*args)
     assert 0 < report.workspace_bytes <= report.naive_bytes
@@ -64,8 +67,8 @@ def test_text_rendering(mlp):
     for stage in ("trace (forward program)", "vjp (reverse mode)", "codegen (source)", "total"):
         assert re.search(rf"^  {re.escape(stage)} +\d+\.\d ms", text, re.M), stage
     assert re.search(r"^  numba (compile|disk-cache load|\(already in memory\)) +\d+\.\d ms", text, re.M)
-    assert "naive plan: one buffer per computed value, 26 buffers" in text
-    assert "#2 loop over [16, 20] -> v8  (2 bindings fused)" in text
+    assert "naive plan: one buffer per computed value, 28 buffers" in text
+    assert "#2 loop over [B, 20] -> v8  (2 bindings fused)" in text
     assert "def step(" in text and report.source in text
 
 
@@ -177,15 +180,16 @@ def test_repr_summarises_the_compiled_function(mlp):
     assert repr(off) == "<compiled loss 'loss': not called yet, disk cache off>"
     interp = mj.compile_loss(loss.fn, backend="interp")
     interp(*args)
-    assert repr(interp) == "<compiled loss 'loss': 1 signature, 22 bindings, interp backend>"
+    assert repr(interp) == "<compiled loss 'loss': 1 signature, 27 bindings, interp backend>"
 
 
 def test_repr_with_two_signatures(mlp):
     loss, (params, x, y), _ = mlp
     two = mj.compile_loss(loss.fn, backend="interp")
     two(params, x, y)
-    two(params, x[:4], y[:4])
-    assert repr(two).startswith("<compiled loss 'loss': 2 signatures, 22 bindings")
+    two(params, x[:4], y[:4])   # another batch size: the same step
+    two({k: v[:2] if k == "W1" else v for k, v in params.items()}, x[:, :2], y)
+    assert repr(two).startswith("<compiled loss 'loss': 2 signatures, 27 bindings")
 
 
 # ---------------------------------------------------------------------------------------------
