@@ -1,9 +1,9 @@
-# Two entry points on a fresh machine: `make demo` and `make test`.
+# Entry points on a fresh machine: `make demo`, `make test` and `make bench`.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test clean
+.PHONY: demo test bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,11 +15,19 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
+$(VENV)/.installed-bench: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install --quiet -e '.[bench]'
+	touch $@
+
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
 
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
+
+# BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only tiny,small"`; see python -m perf.bench --help
+bench: $(VENV)/.installed-bench
+	$(PY) -m perf.bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
