@@ -171,7 +171,8 @@ def spawn_workload(workload: str, dtype: str, opts, env: dict) -> dict:
     return json.loads(lines[-1][len("RESULT "):])
 
 
-def run(opts) -> dict:
+def run(opts, on_result=None) -> dict:
+    """Every selected workload and dtype; ``on_result(data so far)`` after each one."""
     from perf import report, startup
     env = child_env(opts.threads)
     results = []
@@ -191,6 +192,12 @@ def run(opts) -> dict:
             r["wall_s"] = time.perf_counter() - t0
             results.append(r)
             print(report.workload_lines(r), flush=True)
+            if on_result:
+                on_result(_data(opts, results))
+    return _data(opts, results)
+
+
+def _data(opts, results: list) -> dict:
     return dict(command=" ".join(["python -m perf.bench"] + opts.argv), machine=machine_info(results),
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), options=dict(
                     threads=opts.threads, budget_s=opts.budget, min_samples=opts.min_samples,
@@ -251,17 +258,19 @@ def main(argv=None) -> dict | None:
         print("RESULT " + json.dumps(result), flush=True)
         return None
     from perf import report
-    data = run(opts)
+
+    def write(data):  # after every workload, so an interrupted run keeps what it measured
+        if opts.json:
+            with open(opts.json, "w") as f:
+                json.dump(data, f, indent=1)
+        if opts.markdown:
+            with open(opts.markdown, "w") as f:
+                f.write(report.markdown(data))
+
+    data = run(opts, on_result=write)
     print()
     print(report.terminal(data))
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(data, f, indent=1)
-        print(f"\nJSON: {opts.json}")
-    if opts.markdown:
-        with open(opts.markdown, "w") as f:
-            f.write(report.markdown(data))
-        print(f"Markdown: {opts.markdown}")
+    print(f"\nJSON: {opts.json or '-'}  Markdown: {opts.markdown or '-'}")
     return data
 
 
