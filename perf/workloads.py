@@ -138,8 +138,14 @@ def layernorm_numpy(params, x, t):
 
 # ---------------------------------------------------------------- attention block
 
+def static_shape(a) -> tuple:
+    """The shape as Python ints (a PyTensor variable's ``.shape`` is symbolic; its type's is not)."""
+    shape = tuple(a.shape)
+    return shape if all(isinstance(d, int) for d in shape) else tuple(a.type.shape)
+
+
 def attention_loss(ns, params, x, t):
-    width = x.shape[-1]
+    width = static_shape(x)[-1]
     q, k, v = x @ params["Wq"], x @ params["Wk"], x @ params["Wv"]
     scores = q @ ns.swapaxes(k, -1, -2) / math.sqrt(width)
     out = ns.softmax(scores, axis=-1) @ v @ params["Wo"]
