@@ -42,8 +42,11 @@ class Problem(NamedTuple):
     activation: str
 
 
-def make_problem(sizes, batch, activation, dtype, seed=0):
-    """Random params and data for an MLP with layer widths `sizes`, plus its workspace."""
+def make_problem(sizes, batch, activation, dtype, seed=0, workspace=True):
+    """Random params and data for an MLP with layer widths `sizes`, plus its workspace.
+
+    With workspace=False the problem's `work` is None (see `problem_for`).
+    """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}")
     rng = np.random.default_rng(seed)
@@ -53,9 +56,18 @@ def make_problem(sizes, batch, activation, dtype, seed=0):
     bs = tuple((0.1 * rng.standard_normal(n)).astype(dt) for _, n in pairs)
     x = rng.standard_normal((batch, sizes[0])).astype(dt)
     y = rng.integers(0, sizes[-1], batch).astype(np.int64)
+    if not workspace:
+        return Problem((Ws, bs), (x, y), None, activation)
+    return problem_for(Ws, bs, x, y, activation)
+
+
+def problem_for(Ws, bs, x, y, activation):
+    """The problem of given params and data, with a fresh workspace."""
+    Ws, bs = tuple(Ws), tuple(bs)
+    batch, dt = x.shape[0], x.dtype
 
     def buffers(shape_of):
-        return tuple(np.zeros(shape_of(m, n), dt) for m, n in pairs)
+        return tuple(np.zeros(shape_of(*W.shape), dt) for W in Ws)
 
     work = Workspace(
         hs=buffers(lambda m, n: (batch, n)),

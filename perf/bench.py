@@ -1,0 +1,278 @@
+"""The benchmark suite: morphjit against its peers, references and the GEMM floor.
+
+Run: python -m perf.bench [--only tiny,small] [--impls morphjit,numpy,jax] [--dtype float32]
+                          [--quick] [--threads 1] [--json perf/results.json] [--markdown perf/RESULTS.md]
+
+The runner spawns ONE fresh process per (workload, dtype); inside it every implementation is
+built from the workload's declaration (perf.workloads), checked against morphjit (loss and
+gradients allclose; a wrong implementation is reported, not timed) and timed interleaved with the
+others (perf.timing). Before that, two more fresh processes measure morphjit's cold compile (empty
+MORPHJIT_CACHE_DIR) and warm start from the disk cache (perf.startup); the workload process then
+loads the step from that cache.
+
+BLAS threads are held equal: OPENBLAS/OMP/MKL_NUM_THREADS and threadpoolctl for NumPy's and
+numba's (scipy's) BLAS, torch.set_num_threads, and XLA_FLAGS for JAX (XLA's own thread pool is not
+fully governed by them; the report says so). OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed
+from the children's environment; the kernel OpenBLAS then picks is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_JSON = os.path.join(ROOT, "perf", "results.json")
+DEFAULT_MARKDOWN = os.path.join(ROOT, "perf", "RESULTS.md")
+UNSET_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+PEER_MODULES = {"jax": "jax", "torch": "torch", "torch.compile": "torch", "pytensor": "pytensor"}
+VERSION_MODULES = ("numpy", "scipy", "numba", "llvmlite", "morphjit", "jax", "jaxlib", "torch", "pytensor",
+                   "threadpoolctl")
+QUICK = dict(budget_s=0.15, min_samples=3)
+FULL = dict(budget_s=1.5, min_samples=7)
+
+
+# ================================================================ the workload process
+
+def run_workload(workload: str, dtype: str, impl_names: list, threads: int, budget_s: float,
+                 min_samples: int) -> dict:
+    """Build, check and time every implementation of one workload at one dtype (in this process)."""
+    import resource
+    import tracemalloc
+
+    from perf.impls import IMPLEMENTATIONS, Missing, NotApplicable, check_close
+    from perf.timing import measure
+    from perf.workloads import WORKLOADS
+
+    wl = WORKLOADS[workload]
+    limits = _hold_threads(threads, impl_names)
+    params, data = wl.make(dtype)
+    impls, built = {}, {}
+    for name in impl_names:
+        impl = IMPLEMENTATIONS[name]
+        entry = impls[name] = dict(kind=impl.kind)
+        try:
+            b = built[name] = impl.build(wl, params, data)
+        except NotApplicable:
+            del impls[name]
+            continue
+        except Missing as e:
+            entry.update(status="missing", message=str(e))
+            continue
+        except Exception as e:  # a peer that cannot express the workload is reported, not fatal
+            entry.update(status="error", message=f"{type(e).__name__}: {e}".strip()[:500],
+                         traceback=traceback.format_exc(limit=4)[-1500:])
+            continue
+        entry.update(status="ok", first_call_s=b.first_call_s, note=b.note)
+
+    reference = None
+    if "morphjit" in built:
+        reference = built["morphjit"].result(built["morphjit"].call())
+    for name, b in list(built.items()):
+        if b.result is None:
+            continue
+        if reference is None:
+            impls[name].update(status="unchecked", message="morphjit not run")
+            continue
+        try:
+            problem = check_close(b.result(b.call()), reference, dtype)
+        except Exception as e:
+            problem = f"{type(e).__name__}: {e}"
+        if problem:
+            impls[name].update(status="wrong", message=problem)
+            del built[name]
+    impls.setdefault("morphjit", {}).setdefault("check", "reference")
+    for name in built:
+        if IMPLEMENTATIONS[name].alloc_visible:
+            tracemalloc.start()
+            built[name].call()
+            impls[name]["alloc_peak_bytes"] = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+
+    stats = measure({k: b.call for k, b in built.items()}, budget_s=budget_s * len(built),
+                    min_samples=min_samples)
+    for name, s in stats.items():
+        impls[name]["time"] = s.as_dict()
+    pools = _threadpools(limits)
+    if limits is not None:
+        limits.restore_original_limits()
+    return dict(workload=workload, dtype=dtype, description=wl.description, impls=impls,
+                max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                threads=threads, threadpools=pools, versions=_versions())
+
+
+def _hold_threads(threads: int, impl_names: list):
+    """Import the peers to be run, then cap every BLAS/OpenMP pool they brought to ``threads``."""
+    for name in impl_names:
+        if name in PEER_MODULES:
+            try:
+                __import__(PEER_MODULES[name])
+            except ImportError:
+                pass
+    import numba  # noqa: F401  (numba's np.dot goes through scipy's BLAS)
+    import scipy.linalg  # noqa: F401
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return None
+    return threadpool_limits(limits=threads)
+
+
+def _threadpools(limits) -> list:
+    if limits is None:
+        return [dict(note="threadpoolctl not installed: only the *_NUM_THREADS variables hold threads")]
+    from threadpoolctl import threadpool_info
+    keys = ("user_api", "internal_api", "prefix", "version", "num_threads", "architecture", "threading_layer")
+    pools = [{k: p[k] for k in keys if k in p} for p in threadpool_info()]
+    if "torch" in sys.modules:
+        pools.append(dict(user_api="torch", num_threads=sys.modules["torch"].get_num_threads()))
+    return pools
+
+
+def _versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+    out = {"python": platform.python_version()}
+    for m in VERSION_MODULES:
+        try:
+            out[m] = version(m)
+        except PackageNotFoundError:
+            out[m] = None
+    return out
+
+
+# ================================================================ the runner
+
+def child_env(threads: int) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in UNSET_ENV}
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[var] = str(threads)
+    if threads == 1:
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false "
+                            "intra_op_parallelism_threads=1").strip()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ROOT, env.get("PYTHONPATH")]))
+    return env
+
+
+def spawn_workload(workload: str, dtype: str, opts, env: dict) -> dict:
+    cmd = [sys.executable, "-m", "perf.bench", "--child", workload, dtype, "--impls", ",".join(opts.impls),
+           "--threads", str(opts.threads), "--budget", str(opts.budget), "--min-samples", str(opts.min_samples)]
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    if done.returncode or not lines:
+        return dict(workload=workload, dtype=dtype, error=f"exit {done.returncode}: {done.stderr[-3000:]}", impls={})
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def run(opts, on_result=None) -> dict:
+    """Every selected workload and dtype; ``on_result(data so far)`` after each one."""
+    from perf import report, startup
+    env = child_env(opts.threads)
+    results = []
+    for workload in opts.only:
+        for dtype in opts.dtypes:
+            t0 = time.perf_counter()
+            with tempfile.TemporaryDirectory(prefix="morphjit-bench-") as cache_dir:
+                env_w = dict(env, MORPHJIT_CACHE_DIR=cache_dir)
+                start = None
+                if opts.startup and "morphjit" in opts.impls:
+                    try:
+                        start = startup.cold_and_warm(workload, dtype, cache_dir, env_w)
+                    except RuntimeError as e:
+                        start = dict(error=str(e)[-2000:])
+                r = spawn_workload(workload, dtype, opts, env_w)
+            r["startup"] = start
+            r["wall_s"] = time.perf_counter() - t0
+            results.append(r)
+            print(report.workload_lines(r), flush=True)
+            if on_result:
+                on_result(_data(opts, results))
+    return _data(opts, results)
+
+
+def _data(opts, results: list) -> dict:
+    return dict(command=" ".join(["python -m perf.bench"] + opts.argv), machine=machine_info(results),
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), options=dict(
+                    threads=opts.threads, budget_s=opts.budget, min_samples=opts.min_samples,
+                    quick=opts.quick, unset_env=list(UNSET_ENV)),
+                results=results)
+
+
+def machine_info(results: list) -> dict:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    first = next((r for r in results if "versions" in r), {})
+    return dict(cpu=cpu, cores=os.cpu_count(), platform=platform.platform(),
+                versions=first.get("versions", {}), threadpools=first.get("threadpools", []))
+
+
+def parse(argv=None):
+    from perf.impls import IMPLEMENTATIONS
+    from perf.workloads import DTYPES, WORKLOADS
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m perf.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=",".join(WORKLOADS), help=f"workloads, from {','.join(WORKLOADS)}")
+    ap.add_argument("--impls", default=",".join(IMPLEMENTATIONS),
+                    help=f"implementations, from {','.join(IMPLEMENTATIONS)}")
+    ap.add_argument("--dtype", default="float32,float64", help="float32, float64 or both")
+    ap.add_argument("--quick", action="store_true", help="short time boxes (figures are rough)")
+    ap.add_argument("--threads", type=int, default=1, help="BLAS / intra-op threads of every implementation")
+    ap.add_argument("--budget", type=float, help="seconds of timing per implementation and workload")
+    ap.add_argument("--min-samples", type=int)
+    ap.add_argument("--no-startup", dest="startup", action="store_false",
+                    help="skip the cold-compile and warm-start processes")
+    ap.add_argument("--json", default=DEFAULT_JSON, help="where to write the JSON results")
+    ap.add_argument("--markdown", default=DEFAULT_MARKDOWN, help="where to write RESULTS.md ('' to skip)")
+    ap.add_argument("--child", nargs=2, metavar=("WORKLOAD", "DTYPE"), help=argparse.SUPPRESS)
+    opts = ap.parse_args(argv)
+    opts.argv = argv
+    mode = QUICK if opts.quick else FULL
+    opts.budget = mode["budget_s"] if opts.budget is None else opts.budget
+    opts.min_samples = mode["min_samples"] if opts.min_samples is None else opts.min_samples
+    opts.only = [w for w in opts.only.split(",") if w]
+    opts.impls = [i for i in opts.impls.split(",") if i]
+    opts.dtypes = [d for d in opts.dtype.split(",") if d]
+    for kind, chosen, known in (("workload", opts.only, WORKLOADS), ("implementation", opts.impls, IMPLEMENTATIONS),
+                                ("dtype", opts.dtypes, DTYPES)):
+        unknown = [c for c in chosen if c not in known]
+        if unknown:
+            ap.error(f"unknown {kind} {', '.join(unknown)}; choose from {', '.join(known)}")
+    return opts
+
+
+def main(argv=None) -> dict | None:
+    opts = parse(argv)
+    if opts.child:
+        result = run_workload(*opts.child, opts.impls, opts.threads, opts.budget, opts.min_samples)
+        print("RESULT " + json.dumps(result), flush=True)
+        return None
+    from perf import report
+
+    def write(data):  # after every workload, so an interrupted run keeps what it measured
+        if opts.json:
+            with open(opts.json, "w") as f:
+                json.dump(data, f, indent=1)
+        if opts.markdown:
+            with open(opts.markdown, "w") as f:
+                f.write(report.markdown(data))
+
+    data = run(opts, on_result=write)
+    print()
+    print(report.terminal(data))
+    print(f"\nJSON: {opts.json or '-'}  Markdown: {opts.markdown or '-'}")
+    return data
+
+
+if __name__ == "__main__":
+    main()

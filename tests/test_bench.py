@@ -1,0 +1,57 @@
+"""The benchmark machinery (perf.bench) end to end on the tiny workload, quick mode, morphjit and
+NumPy only: the JSON has the expected structure and the correctness check passed. No timing
+assertions."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_tiny_quick(tmp_path):
+    out, md = tmp_path / "results.json", tmp_path / "RESULTS.md"
+    cmd = [sys.executable, "-m", "perf.bench", "--quick", "--only", "tiny", "--dtype", "float32",
+           "--impls", "morphjit,morphjit.entry,numpy,floor.dot", "--no-startup", "--budget", "0.02",
+           "--json", str(out), "--markdown", str(md)]
+    env = dict(os.environ, MORPHJIT_CACHE_DIR=str(tmp_path / "cache"))
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert {"command", "machine", "date", "options", "results"} <= set(data)
+    assert data["machine"]["cores"] and "numpy" in data["machine"]["versions"]
+    [result] = data["results"]
+    assert (result["workload"], result["dtype"]) == ("tiny", "float32")
+    assert "error" not in result
+    impls = result["impls"]
+    assert set(impls) == {"morphjit", "morphjit.entry", "numpy", "floor.dot"}
+    assert impls["morphjit"]["check"] == "reference"
+    for name, entry in impls.items():
+        assert entry["status"] == "ok", (name, entry)
+        assert set(entry["time"]) >= {"median_s", "q1_s", "q3_s", "iqr_s", "samples", "calls_per_sample"}
+        assert entry["time"]["median_s"] > 0
+    assert impls["floor.dot"]["kind"] == "floor"
+    assert "alloc_peak_bytes" in impls["numpy"]
+    assert result["max_rss_mb"] > 0 and result["threadpools"]
+    assert "| tiny | float32 |" in md.read_text()
+
+
+def test_missing_peer_is_reported_not_raised():
+    sys.path.insert(0, str(ROOT))
+    from perf import impls
+    from perf.workloads import WORKLOADS
+
+    def missing(*_):
+        raise impls.Missing("No module named 'nothing'")
+
+    import perf.bench as bench
+    saved = impls.IMPLEMENTATIONS["jax"]
+    impls.IMPLEMENTATIONS["jax"] = impls.Impl("jax", "peer", missing, alloc_visible=False)
+    try:
+        result = bench.run_workload("tiny", "float64", ["morphjit", "jax"], 1, 0.01, 2)
+    finally:
+        impls.IMPLEMENTATIONS["jax"] = saved
+    assert result["impls"]["jax"]["status"] == "missing"
+    assert result["impls"]["morphjit"]["status"] == "ok"
+    assert "tiny" in WORKLOADS
