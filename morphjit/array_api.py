@@ -418,7 +418,10 @@ def getitem(a, key):
             out_shape.append(1)
             continue
         size = a.shape[dim]
-        if isinstance(k, builtins.slice):
+        if isinstance(size, Sym) and k == builtins.slice(None):
+            start, stop, step = 0, size, 1          # all of the batch; any other slice needs its size
+            out_shape.append(size)
+        elif isinstance(k, builtins.slice):
             start, stop, step = k.indices(size)
             out_shape.append(len(range(start, stop, step)))
         else:

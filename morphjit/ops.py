@@ -20,7 +20,7 @@ import numpy as np
 import scipy.special
 
 from .errors import DtypeError, ShapeError
-from .ir import DTYPES_BY_NAME, TensorType, is_float
+from .ir import DTYPES_BY_NAME, Sym, TensorType, is_float
 
 ELEMENTWISE = "elementwise"   # scalar function applied over broadcast operands
 REDUCE = "reduce"             # accumulates over `axes` (output drops them)
@@ -275,7 +275,8 @@ def _broadcast_to_rule(types, shape):
 
 
 def slice_shape(starts, stops, steps) -> tuple[int, ...]:
-    return tuple(len(range(a, b, s)) for a, b, s in zip(starts, stops, steps))
+    return tuple(b if a == 0 and s == 1 and isinstance(b, Sym) else len(range(a, b, s))  # all of a batch
+                 for a, b, s in zip(starts, stops, steps))
 
 
 def slice_index(starts, stops, steps) -> tuple[slice, ...]:

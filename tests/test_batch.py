@@ -1,0 +1,182 @@
+"""One compiled step for every batch size: the leading extent of the data is the symbol B."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import morphjit as mj
+from morphjit.ir import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
+from models import MODELS
+
+BATCHED = ["mlp2", "layernorm", "attention", "logistic", "huber_ridge"]
+SIZES = [16, 1, 2, 7, 13, 257, 16]
+
+
+def reference(fn, args):
+    """The reference executor on the call's concrete shapes."""
+    return mj.compile_loss(fn, backend="interp", static_shapes=True)(*args)
+
+
+def assert_same(got, want, rtol):
+    np.testing.assert_allclose(got[0], want[0], rtol=rtol)
+    for g, w in zip(mj.pytree.flatten(got[1])[0], mj.pytree.flatten(want[1])[0]):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * 1e-3)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+@pytest.mark.parametrize("name", BATCHED)
+def test_one_program_serves_every_batch_size(name, backend):
+    step = mj.compile_loss(MODELS[name](np.float64)[0], backend=backend)
+    for n in SIZES:
+        fn, args = MODELS[name](np.float64, batch=n)
+        assert_same(step(*args), reference(fn, args), rtol=1e-10)
+        assert_same(step(*args), reference(fn, args), rtol=1e-10)   # the fast path
+    info = step.cache_info()
+    assert info.misses == 1 and len(info.signatures) == 1, info
+    assert "[B," in info.signatures[0]
+
+
+def test_float32_and_out_at_several_batch_sizes():
+    fn, args = MODELS["mlp2"](np.float32)
+    step = mj.compile_loss(fn)
+    out = {k: np.empty_like(v) for k, v in args[0].items()}
+    for n in (5, 64, 3):
+        fn, args = MODELS["mlp2"](np.float32, batch=n)
+        value, grads = step(*args, out=out)
+        assert grads is out
+        assert_same((value, grads), reference(fn, args), rtol=2e-5)
+    assert step.cache_info().misses == 1
+
+
+def test_the_program_reads_the_batch_size_at_run_time():
+    fn, args = MODELS["logistic"](np.float64)
+    program = mj.compile_loss(fn).program(*args)
+    text = str(program)
+    assert text.splitlines()[0] == "in v0:f64[] v1:f64[6] v2:f64[B,6] v3:f64[B]"
+    assert "fill dtype=f64 shape=() value=B" in text        # the mean divides by B
+    assert str(parse(text)) == text
+
+
+def test_a_program_that_needs_the_concrete_size_is_specialised():
+    def grouped(params, x):
+        groups = mj.reshape(x @ params["w"], (4, -1))          # four groups of B / 4 rows
+        return mj.sum(mj.max(groups, axis=1) ** 2)
+
+    params, rng = {"w": np.linspace(-1, 1, 3)}, np.random.default_rng(0)
+    step = mj.compile_loss(grouped)
+    for n in (8, 12, 8):
+        x = rng.normal(size=(n, 3))
+        assert_same(step(params, x), reference(grouped, (params, x)), rtol=1e-12)
+    info = step.cache_info()
+    assert info.misses == 2 and sorted(info.signatures) == ["f64[3] f64[12,3]", "f64[3] f64[8,3]"]
+
+
+def test_using_the_batch_size_as_a_number_specialises():
+    def per_row(params, x):
+        return mj.sum((x @ params["w"]) ** 2) / x.shape[0]
+
+    params, x = {"w": np.ones(3)}, np.arange(12.0).reshape(4, 3)
+    step = mj.compile_loss(per_row)
+    assert_same(step(params, x), reference(per_row, (params, x)), rtol=1e-12)
+    assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
+
+
+def test_static_shapes_compiles_each_batch_size():
+    fn, args = MODELS["mlp2"](np.float64)
+    step = mj.compile_loss(fn, static_shapes=True)
+    for n in (16, 9):
+        fn, args = MODELS["mlp2"](np.float64, batch=n)
+        assert_same(step(*args), reference(fn, args), rtol=1e-10)
+    assert sorted(step.cache_info().signatures)[0].endswith("f64[16,12] i64[16]")
+    assert step.cache_info().misses == 2
+
+
+def test_data_of_other_leading_extents_stay_concrete():
+    def rbf(params, x, centres):
+        d2 = mj.sum((x[:, None, :] - centres[None, :, :]) ** 2, axis=-1)
+        return mj.mean(mj.exp(-d2) @ params["w"])
+
+    rng = np.random.default_rng(1)
+    params, centres = {"w": rng.normal(size=5)}, rng.normal(size=(5, 2))
+    step = mj.compile_loss(rbf)
+    for n in (7, 30):
+        x = rng.normal(size=(n, 2))
+        assert_same(step(params, x, centres), reference(rbf, (params, x, centres)), rtol=1e-12)
+    assert step.cache_info().signatures == ("f64[5] f64[B,2] f64[5,2]",)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_disagreeing_batch_sizes_are_refused(backend):
+    fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=64)
+    step = mj.compile_loss(fn, backend=backend)
+    with pytest.raises(mj.ShapeError, match=r"x has 64 rows but y has 63"):
+        step(params, x, y[:63])
+    step(params, x, y)
+    with pytest.raises(mj.ShapeError, match=r"x has 32 rows but y has 64"):
+        step(params, x[:32], y)
+
+
+def test_the_pool_grows_to_the_largest_batch_and_is_reused():
+    fn, args = MODELS["mlp2"](np.float64, batch=64)
+    step = mj.compile_loss(fn)
+    step(*args)
+    native = step.steps()[0].run
+    pool = native.pool
+    for n in (1, 17, 64):
+        step(*MODELS["mlp2"](np.float64, batch=n)[1])
+        assert native.pool is pool and native.pool_batch == 64
+    step(*MODELS["mlp2"](np.float64, batch=100)[1])
+    assert native.pool_batch == 100 and native.pool is not pool
+
+
+CHILD = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import morphjit as mj
+    sys.path.insert(0, {tests!r})
+    from models import MODELS
+    fn, args = MODELS["mlp2"](np.float64, batch=int(sys.argv[1]))
+    step = mj.compile_loss(fn)
+    value, _ = step(*args)
+    want, _ = mj.compile_loss(fn, backend="interp", static_shapes=True)(*args)
+    info = step.cache_info()
+    print(json.dumps(dict(value=float(value), want=float(want), disk_loads=info.disk_loads,
+                          misses=info.misses)))
+""")
+
+
+def test_a_fresh_process_at_a_new_batch_size_loads_from_disk(tmp_path):
+    def child(batch):
+        env = dict(os.environ, MORPHJIT_CACHE_DIR=str(tmp_path))
+        code = CHILD.format(tests=os.path.dirname(__file__))
+        done = subprocess.run([sys.executable, "-c", code, str(batch)], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    cold, warm = child(16), child(37)
+    assert cold["disk_loads"] == 0 and warm["disk_loads"] == 1 and warm["misses"] == 1
+    for run in (cold, warm):
+        assert run["value"] == pytest.approx(run["want"], rel=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The symbol itself
+
+
+def test_extent_arithmetic():
+    b = BATCH_SIZE
+    assert str(784 * b) == "784*B" and str(b * b + 3 * b + 1) == "B**2+3*B+1"
+    assert (784 * b) // b == 784 and (784 * b) // 784 == b and b * 0 == 0
+    assert 2 * b == b + b and hash(2 * b) == hash(b * 2) and b != 2
+    assert evaluate((b, 784 * b, 3), 5) == (5, 3920, 3)
+    assert upper_bound(10 * b, 4 * b + 7) == 10 * b + 7 and upper_bound(3, 5) == 5
+    assert Sym.simplify({0: 4}) == 4
+    for needs_value in (lambda: b < 3, lambda: int(b), lambda: bool(b), lambda: b - 1,
+                        lambda: b // 4, lambda: 1 / b, lambda: range(b)):
+        with pytest.raises(Specialize):
+            needs_value()
