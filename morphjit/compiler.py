@@ -148,6 +148,40 @@ def batch_mismatch(fn, args, spec: ArgSpec, leaves) -> ShapeError | None:
                       f"arguments share their leading (batch) dimension")
 
 
+class StepsByShape:
+    """Compiled steps by call signature without the batch size. A polymorphic step serves every
+    batch size; a signature whose program needs the concrete size is marked SPECIALISED, and
+    each of its concrete signatures gets a step of its own."""
+
+    def __init__(self, static_shapes: bool):
+        self.static_shapes = static_shapes
+        self.steps: dict = {}
+
+    def batched(self, spec: ArgSpec, leaves) -> frozenset[int]:
+        return frozenset() if self.static_shapes else batched_leaves(leaves, spec.wrt)
+
+    def find(self, spec: ArgSpec, leaves, batched):
+        step = self.steps.get(shape_key(spec.treedef, leaves, batched))
+        return None if step is SPECIALISED else step
+
+    def build(self, fn, args, spec: ArgSpec, leaves, batched, compile):
+        """``compile(batched)``: polymorphic where the program allows, else specialised."""
+        key = shape_key(spec.treedef, leaves, batched)
+        if batched and self.steps.get(key) is not SPECIALISED:
+            try:
+                step = self.steps[key] = compile(batched)
+                return step
+            except (Specialize, MorphjitError):
+                self.steps[key] = SPECIALISED
+        try:
+            return compile(frozenset())
+        except MorphjitError as error:
+            mismatch = batch_mismatch(fn, args, spec, leaves)
+            if mismatch is None:
+                raise
+            raise mismatch from error
+
+
 def grad_program(fn, *args, argnums=0) -> Program:
     """The joint forward+backward program of ``fn`` at ``args``, for printing."""
     spec, _ = arg_spec(fn, args, argnums)
@@ -231,7 +265,7 @@ class CompiledLoss:
         self.static_shapes = static_shapes
         self._single = not isinstance(argnums, (tuple, list))
         self._steps: dict = {}     # a call's leaf signatures -> its step
-        self._shapes: dict = {}    # signatures without the batch size -> a polymorphic step, or SPECIALISED
+        self._shapes = StepsByShape(static_shapes)
         self._hits = self._misses = 0
         self._fast = None  # the generated fast path of the signature called last
 
@@ -287,21 +321,15 @@ class CompiledLoss:
         status = feedback.Status(self.__name__, timings)  # "compiling..." if it takes long
         try:
             spec, _ = arg_spec(self.fn, args, self.argnums)
-            batched = frozenset() if self.static_shapes else batched_leaves(leaves, spec.wrt)
-            shapes = shape_key(spec.treedef, leaves, batched)
-            step = self._shapes.get(shapes)
-            if step is not None and step is not SPECIALISED:
+            batched = self._shapes.batched(spec, leaves)
+            step = self._shapes.find(spec, leaves, batched)
+            if step is not None:
                 self._hits += count
                 return step
             self._misses += count
             status.start()
-            if batched and step is not SPECIALISED:
-                try:
-                    step = self._shapes[shapes] = self._compile(args, spec, batched, timings, status)
-                except (Specialize, MorphjitError):
-                    self._shapes[shapes] = SPECIALISED
-            if step is None or step is SPECIALISED:
-                step = self._compile_specialised(args, spec, leaves, timings, status)
+            step = self._shapes.build(self.fn, args, spec, leaves, batched,
+                                      lambda batched: self._compile(args, spec, batched, timings, status))
         except BaseException:
             status.finish(failed=True)
             raise
@@ -310,15 +338,6 @@ class CompiledLoss:
         else:
             status.finish()
         return step
-
-    def _compile_specialised(self, args, spec, leaves, timings, status) -> Step:
-        try:
-            return self._compile(args, spec, frozenset(), timings, status)
-        except MorphjitError as error:
-            mismatch = batch_mismatch(self.fn, args, spec, leaves)
-            if mismatch is None:
-                raise
-            raise mismatch from error
 
     def _compile(self, args, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
         leaves = pytree.flatten(tuple(args))[0]

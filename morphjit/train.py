@@ -14,8 +14,8 @@ import numpy as np
 
 from . import array_api as A
 from . import interp, pytree
-from .compiler import (BACKENDS, CompiledLoss, arg_spec, compile_plan, joint_program, leaf_signature,
-                       name_hint, native_step, trace_loss)
+from .compiler import (BACKENDS, CompiledLoss, StepsByShape, arg_spec, compile_plan, joint_program,
+                       leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
@@ -57,7 +57,7 @@ def training_program(joint: Program, optimizer: Optimizer) -> Program:
 class TrainStep:
     """``loss = step(params, state, *data)``: one optimiser step, updating params and state in place."""
 
-    def __init__(self, loss_fn, optimizer: Optimizer, backend="numba", cache=True):
+    def __init__(self, loss_fn, optimizer: Optimizer, backend="numba", cache=True, static_shapes=False):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"optimizer must come from mj.optim (sgd, adam, adamw, rmsprop), "
                             f"got {type(optimizer).__name__}")
@@ -66,7 +66,8 @@ class TrainStep:
         self.fn = loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn
         functools.update_wrapper(self, self.fn)
         self.optimizer, self.backend, self.cache = optimizer, backend, cache
-        self._runs: dict = {}
+        self._runs: dict = {}         # a call's leaf signatures -> its compiled update
+        self._shapes = StepsByShape(static_shapes)
         self._written: list = []      # the arrays of the last call's check, kept alive
         self._bounds: list = []       # their sorted (start, end, path) byte ranges
 
@@ -88,7 +89,7 @@ class TrainStep:
         key = pytree.keyed_flatten((params, slot_trees, data), leaves, leaf_signature)
         run = self._runs.get(key)
         if run is None:
-            run = self._runs[key] = self._compile(params, slot_trees, data)
+            run = self._runs[key] = self._run_for(params, slot_trees, data)
         updated = run.n_params + run.n_slots
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
@@ -110,7 +111,8 @@ class TrainStep:
             raise TracingError(f"state[{STEP!r}] must be the 0-d integer array made by step.init")
         return int(count)
 
-    def _compile(self, params, slot_trees, data):
+    def _run_for(self, params, slot_trees, data) -> "CompiledUpdate":
+        """The compiled update for these arguments' signature (checked here, once per signature)."""
         args = (params,) + tuple(data)
         spec, leaves = arg_spec(self.fn, args, 0)
         n_params = spec.arg_treedef(0).num_leaves
@@ -133,11 +135,18 @@ class TrainStep:
                     raise DtypeError(f"{path} is {x.dtype}{list(x.shape)} but its parameter is "
                                      f"{p.dtype}{list(p.shape)}; make the state with step.init(params)")
             paths = paths + slot_paths
-        program = training_program(joint_program(trace_loss(self.fn, args, spec), spec.wrt), self.optimizer)
-        run = CompiledUpdate(program, n_params, len(paths) - n_params, self.optimizer.scalar_names,
-                             self.backend, name_hint(self.fn), self.cache)
+        batched = self._shapes.batched(spec, leaves)
+        run = self._shapes.find(spec, leaves, batched) or self._shapes.build(
+            self.fn, args, spec, leaves, batched, lambda batched: self._compile(args, spec, batched))
         run.paths, run.data_paths = paths, data_paths
         return run
+
+    def _compile(self, args, spec, batched) -> "CompiledUpdate":
+        forward = trace_loss(self.fn, args, spec, batched)
+        program = training_program(joint_program(forward, spec.wrt), self.optimizer)
+        n_params = len(spec.wrt)
+        return CompiledUpdate(program, n_params, len(self.optimizer.slots) * n_params, self.optimizer.scalar_names,
+                              self.backend, name_hint(self.fn), self.cache)
 
     def _check_aliasing(self, written: list, data: list, run: "CompiledUpdate") -> None:
         """Refuse arrays updated in place that overlap each other or a data array."""
@@ -197,8 +206,9 @@ class CompiledUpdate:
         return outputs[0][()]
 
 
-def train_step(loss_fn, optimizer: Optimizer, *, backend="numba", cache=True) -> TrainStep:
+def train_step(loss_fn, optimizer: Optimizer, *, backend="numba", cache=True, static_shapes=False) -> TrainStep:
     """A training step for ``loss_fn(params, *data)`` (a function or a ``compile_loss`` of one):
     ``state = step.init(params)``, then ``loss = step(params, state, *data)`` computes the loss
-    and gradients and applies ``optimizer``'s update to ``params`` and ``state`` in place."""
-    return TrainStep(loss_fn, optimizer, backend, cache)
+    and gradients and applies ``optimizer``'s update to ``params`` and ``state`` in place. Like
+    ``compile_loss``, one compiled step serves every batch size unless ``static_shapes``."""
+    return TrainStep(loss_fn, optimizer, backend, cache, static_shapes)

@@ -174,13 +174,19 @@ def test_data_is_never_written_and_params_are_updated_in_place():
     assert all(np.any(state["momentum"][k]) for k in params)
 
 
-def test_a_batch_of_another_size_compiles_a_signature_and_keeps_state():
-    params = make_params(np.float64)
-    step = mj.train_step(mlp, mj.optim.adam(1e-2))
-    state = step.init(params)
-    for n in (24, 7, 24):
-        step(params, state, *make_data(n))
-    assert int(state["step"]) == 3
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_compiled_step_serves_every_batch_size(backend):
+    params, reference = make_params(np.float64), make_params(np.float64)
+    step = mj.train_step(mlp, mj.optim.adam(1e-2), backend=backend)
+    want = mj.train_step(mlp, mj.optim.adam(1e-2), backend="interp", static_shapes=True)
+    state, want_state = step.init(params), want.init(reference)
+    for n in (24, 7, 1, 24):
+        assert step(params, state, *make_data(n)) == pytest.approx(want(reference, want_state, *make_data(n)),
+                                                                  rel=1e-12)
+    for k in params:
+        np.testing.assert_allclose(params[k], reference[k], rtol=1e-12)
+    assert int(state["step"]) == 4
+    assert len({id(run) for run in step._runs.values()}) == 1 and len(want._runs) == 3
 
 
 class TestRefusals:
@@ -205,6 +211,11 @@ class TestRefusals:
         self.state["m"]["W2"] = self.params["W2"]
         with pytest.raises(ValueError, match=r"share memory"):
             self.step(self.params, self.state, *self.data)
+
+    def test_data_of_disagreeing_batch_sizes(self):
+        x, y = self.data
+        with pytest.raises(mj.ShapeError, match="x has 24 rows but y has 23"):
+            self.step(self.params, self.state, x, y[:-1])
 
     def test_state_of_other_params(self):
         state = self.step.init({"W1": self.params["W1"]})
