@@ -8,7 +8,7 @@ import time
 
 
 class Progress:
-    """Shows ``step i/n  loss ...  N steps/s``.
+    """Shows ``step i/n [####......]  loss ...  N steps/s``.
 
     The first step is reported with its own time (it includes tracing and compiling, or loading
     the compiled step from the disk cache); the rate counts the steps after it.
@@ -35,7 +35,9 @@ class Progress:
             speed = f"first call {now - self.start:.2f} s"
         else:
             speed = f"{(done - 1) / max(now - self.first_done, 1e-9):,.0f} steps/s"
-        line = f"{self.label} {done:>{len(str(self.total))}}/{self.total}  loss {float(loss):.5f}  {speed}"
+        filled = round(20 * done / self.total)
+        bar = "[" + "#" * filled + "." * (20 - filled) + "]"
+        line = f"{self.label} {done:>{len(str(self.total))}}/{self.total} {bar}  loss {float(loss):.5f}  {speed}"
         if self.tty:
             if last or now - self.last_draw > 0.1:
                 self.stream.write("\r" + line + "\033[K")   # \033[K clears what the old line left over

@@ -5,8 +5,10 @@ What it shows:
     returning the loss and the gradients of every parameter (a dict shaped like ``params``);
   * the program morphjit traced from it, and a check of the compiled step against morphjit's
     reference executor and against the gradients written by hand in NumPy;
-  * a training loop where the update (SGD with momentum) stays plain NumPy;
-  * the time of one compiled step next to the same forward+backward written by hand in NumPy.
+  * training with ``mj.train_step``: loss, gradients and the SGD-with-momentum update in one
+    compiled call that updates the parameters in place; the last, smaller batch of each epoch
+    runs through the same compiled step (the batch size is symbolic);
+  * the time of one training step next to the same step written by hand in NumPy.
 
 Run:  python examples/mlp_digits.py        (or `make demo`; needs scikit-learn: pip install -e '.[examples]')
 The digits data ship inside scikit-learn, so nothing is downloaded.
@@ -95,31 +97,52 @@ def main(steps=600, batch=64, hidden=64, lr=0.05, momentum=0.9, seed=0, show_pro
     print(f"\ninitial loss {value:.4f} (reference executor {ref_value:.4f}, NumPy {np_value:.4f}); "
           f"largest gradient difference {grad_diff:.1e}")
 
-    # Training: shuffle once per epoch, take mini-batches, update with momentum in plain NumPy.
-    velocity = {k: np.zeros_like(v) for k, v in params.items()}
+    # Training: one compiled call per mini-batch computes the loss and gradients and applies the
+    # momentum update to params (in place). Every epoch ends with a smaller batch: same step.
+    train = mj.train_step(mlp_loss, mj.optim.sgd(lr, momentum=momentum))
+    state = train.init(params)
     progress = Progress(steps)
-    order, pos, losses = rng.permutation(len(x_train)), 0, []
-    for i in range(steps):
-        if pos + batch > len(order):
-            order, pos = rng.permutation(len(x_train)), 0
-        idx = order[pos:pos + batch]
-        pos += batch
-        value, grads = step(params, x_train[idx], y_train[idx])
-        for k in params:
-            velocity[k] = momentum * velocity[k] - lr * grads[k]
-            params[k] += velocity[k]
-        losses.append(float(value))
-        progress.update(i, value)
+    losses = []
+    for i, (xb_, yb_) in enumerate(minibatches(rng, x_train, y_train, batch, steps)):
+        losses.append(float(train(params, state, xb_, yb_)))
+        progress.update(i, losses[-1])
     progress.close()
 
     test_acc = accuracy(params, x_test, y_test)
     print(f"test accuracy {test_acc:.3f}  (training accuracy {accuracy(params, x_train, y_train):.3f})")
 
-    compiled_s = time_per_call(step, params, xb, yb)
-    numpy_s = time_per_call(numpy_loss_and_grads, params, xb, yb)
-    report_speed(compiled_s, numpy_s, what=f"forward+backward step (batch {batch}, 64-{hidden}-10 MLP)")
+    velocity = {k: np.zeros_like(v) for k, v in params.items()}
+    compiled_s = time_per_call(train, {k: v.copy() for k, v in params.items()}, train.init(params), xb, yb)
+    numpy_s = time_per_call(numpy_train_step, {k: v.copy() for k, v in params.items()}, velocity, xb, yb,
+                            lr, momentum)
+    report_speed(compiled_s, numpy_s, what=f"training step (batch {batch}, 64-{hidden}-10 MLP, SGD momentum)")
     return {"initial_loss": losses[0], "final_loss": float(np.mean(losses[-20:])), "test_accuracy": test_acc,
-            "grad_diff": float(grad_diff), "compiled_s": compiled_s, "numpy_s": numpy_s}
+            "grad_diff": float(grad_diff), "compiled_s": compiled_s, "numpy_s": numpy_s,
+            "compiles": train.cache_info().misses}
+
+
+def minibatches(rng, x, y, batch, steps):
+    """``steps`` mini-batches: each epoch a new shuffle, cut into batches, the last one smaller."""
+    done = 0
+    while True:
+        order = rng.permutation(len(x))
+        for start in range(0, len(x), batch):
+            idx = order[start:start + batch]
+            yield x[idx], y[idx]
+            done += 1
+            if done == steps:
+                return
+
+
+def numpy_train_step(params, velocity, x, y, lr, momentum):
+    """The same training step in plain NumPy: hand-written gradients, then the momentum update
+    (PyTorch's form, as mj.optim.sgd: velocity = momentum * velocity + grad; p -= lr * velocity)."""
+    loss, grads = numpy_loss_and_grads(params, x, y)
+    for k in params:
+        velocity[k] *= momentum
+        velocity[k] += grads[k]
+        params[k] -= lr * velocity[k]
+    return loss
 
 
 if __name__ == "__main__":

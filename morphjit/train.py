@@ -14,7 +14,8 @@ import numpy as np
 
 from . import array_api as A
 from . import interp, pytree
-from .compiler import (BACKENDS, CompiledLoss, StepsByShape, arg_spec, compile_plan, joint_program,
+from . import cache as disk_cache
+from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, compile_plan, joint_program,
                        leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
@@ -67,6 +68,7 @@ class TrainStep:
         functools.update_wrapper(self, self.fn)
         self.optimizer, self.backend, self.cache = optimizer, backend, cache
         self._runs: dict = {}         # a call's leaf signatures -> its compiled update
+        self._calls = self._misses = 0
         self._shapes = StepsByShape(static_shapes)
         self._written: list = []      # the arrays of the last call's check, kept alive
         self._bounds: list = []       # their sorted (start, end, path) byte ranges
@@ -88,6 +90,7 @@ class TrainStep:
         leaves = []
         key = pytree.keyed_flatten((params, slot_trees, data), leaves, leaf_signature)
         run = self._runs.get(key)
+        self._calls += 1
         if run is None:
             run = self._runs[key] = self._run_for(params, slot_trees, data)
         updated = run.n_params + run.n_slots
@@ -99,6 +102,14 @@ class TrainStep:
         loss = run(inputs, written)
         state[STEP][...] = step_count + 1
         return loss
+
+    def cache_info(self) -> CacheInfo:
+        """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
+        input types of each compiled step."""
+        runs = list({id(r): r for r in self._runs.values()}.values())
+        signatures = tuple(" ".join(str(v.type) for v in r.program.inputs) for r in runs)
+        loads = sum(r.native is not None and disk_cache.loaded_from_disk(r.native.kernel) for r in runs)
+        return CacheInfo(self._calls - self._misses, self._misses, signatures, loads)
 
     def _check_state(self, state) -> int:
         expected = {STEP, *self.optimizer.slots}
@@ -136,8 +147,11 @@ class TrainStep:
                                      f"{p.dtype}{list(p.shape)}; make the state with step.init(params)")
             paths = paths + slot_paths
         batched = self._shapes.batched(spec, leaves)
-        run = self._shapes.find(spec, leaves, batched) or self._shapes.build(
-            self.fn, args, spec, leaves, batched, lambda batched: self._compile(args, spec, batched))
+        run = self._shapes.find(spec, leaves, batched)
+        if run is None:
+            self._misses += 1
+            run = self._shapes.build(self.fn, args, spec, leaves, batched,
+                                     lambda batched: self._compile(args, spec, batched))
         run.paths, run.data_paths = paths, data_paths
         return run
 

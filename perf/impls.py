@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -68,9 +69,10 @@ def named_loss(workload, ns):
 
 # ---------------------------------------------------------------- morphjit
 
-def build_morphjit(wl, params, data):
+def build_morphjit(wl, params, data, static_shapes=False):
+    """``@compile_loss``: polymorphic in the batch size, or with ``static_shapes`` specialised to it."""
     import morphjit as mj
-    step = mj.compile_loss(named_loss(wl, mj))
+    step = mj.compile_loss(named_loss(wl, mj), static_shapes=static_shapes)
     call = lambda: step(params, *data)  # noqa: E731
     _, first = _timed_first(call)
     note = "loaded from disk cache" if step.cache_info().disk_loads else "compiled in this process"
@@ -343,6 +345,7 @@ def build_pytensor(wl, params, data):
 IMPLEMENTATIONS = {i.name: i for i in (
     Impl("morphjit", "subject", build_morphjit),
     Impl("morphjit.entry", "overhead", build_morphjit_entry),
+    Impl("morphjit.static", "variant", partial(build_morphjit, static_shapes=True)),
     Impl("numpy", "reference", build_numpy),
     Impl("numba.hand", "reference", build_handwritten_numba),
     Impl("jax", "peer", build_jax, alloc_visible=False),
