@@ -94,7 +94,8 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
     The leading extent of the leaves in ``batched`` is the batch size: any, but the same for all.
     Returns None (no fast path) for argument trees it cannot spell as source (unusual dict keys).
     """
-    env = {"step": step, "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray}
+    env = {"step": step, "lock": step.lock, "ascontiguousarray": np.ascontiguousarray, "empty": np.empty,
+           "ndarray": np.ndarray}
     lines, leaves = [], []
     try:
         _guard(treedef, "args", lines, leaves, env)
@@ -109,19 +110,24 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
         body += _leaf_check(name, signature, step.input_dtypes[k], env, k,
                             None if k not in batched else "define" if k == first else "match")
     if batched:
-        body.append("    F = step.fixed_for(B)")
+        body.append("    F = step.views.get(B) or step.fixed_for(B)")
         fixed = ["*F"]
     else:
         env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
         fixed = [f"f{k}" for k in range(len(step.fixed))]
-    for k, (shape, dtype) in enumerate(step.output_buffers):
+    env["o0"] = np.empty(*step.output_buffers[0])   # the loss: read out under the lock, so reused
+    for k, (shape, dtype) in enumerate(step.output_buffers[1:], 1):
         env[f"S{k}"], env[f"T{k}"] = shape, dtype
         body.append(f"    o{k} = empty(S{k}, T{k})")
     arguments = leaves + fixed + [f"o{k}" for k in range(len(step.output_buffers))]
-    body.append("    with step.lock:")
+    body.append("    lock.acquire()")
+    body.append("    try:")
     body.append(f"        step.call({', '.join(arguments)})")
+    body.append("        loss = o0[0]")
+    body.append("    finally:")
+    body.append("        lock.release()")
     body += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
-    body.append(f"    return o0[0], {grads}")
+    body.append(f"    return loss, {grads}")
     exec("\n".join(body), env)
     return env["fast"]
 
@@ -157,11 +163,11 @@ def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | Non
     shape, _ = signature
     if batch is None:
         env[f"P{k}"] = shape
-        lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype != D{k}: return None"]
+        lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype is not D{k}: return None"]
     else:
         env[f"P{k}"] = shape[1:]
         lines = [f"    if type({name}) is not ndarray or {name}.ndim != {len(shape)} or {name}.shape[1:] != P{k} "
-                 f"or {name}.dtype != D{k}: return None"]
+                 f"or {name}.dtype is not D{k}: return None"]
         lines.append(f"    B = {name}.shape[0]" if batch == "define" else
                      f"    if {name}.shape[0] != B: return None")
     lines.append(f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
