@@ -276,8 +276,8 @@ class CompiledLoss:
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
         if kwargs:
             args = self._positional(args, kwargs)
-        if out is None and self._fast is not None:
-            result = self._fast(args)
+        if self._fast is not None:
+            result = self._fast(args, out)
             if result is not None:
                 self._hits += 1
                 return result

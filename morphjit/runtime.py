@@ -29,6 +29,7 @@ class NativeStep:
         self.input_dtypes = [v.dtype for v in plan.inputs]
         assert not any(is_symbolic(v.shape) for v in plan.outputs), "outputs are parameter-shaped"
         self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
+        self.output_shapes = [v.shape for v in plan.outputs]
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
         batched = batched_input(plan.inputs)
         self.batched = None if batched is None else plan.inputs.index(batched)
@@ -86,63 +87,138 @@ def prepare(x, dtype) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------
 # The fast path of a call: one generated Python function per signature that checks the
-# arguments against the signature, allocates the gradients and calls the machine code.
+# arguments against the signature and calls the machine code. It returns None where the
+# arguments do not fit (another signature, an unusual array), and the caller takes the slow,
+# fully checked path, which also raises the errors.
+
+class _Source:
+    """The body of a generated fast function and the globals it reads."""
+
+    def __init__(self, step: NativeStep, header: str):
+        self.step = step
+        self.env = {"step": step, "lock": step.lock, "ascontiguousarray": np.ascontiguousarray,
+                    "empty": np.empty, "ndarray": np.ndarray}
+        self.lines = [header]
+
+    def bind(self, treedef, expr: str, prefix: str) -> list[str]:
+        """Lines binding the leaves of the tree ``expr`` to names; returns the names."""
+        lines, names = [], []
+        _guard(treedef, expr, lines, names, self.env, prefix)
+        self.lines += ["    try:"] + [f"        {line}" for line in lines]
+        self.lines += ["    except (KeyError, IndexError, TypeError):", "        return None"]
+        return names
+
+    def check_inputs(self, names, leaf_signatures, dtypes, batched, written=()) -> list[str]:
+        """Check each input leaf (``written`` ones must be writeable arrays, updated in place);
+        returns the names of the pool views the kernel takes after the inputs."""
+        first = min(batched, default=None)
+        step = self.step
+        for k, (name, signature, dtype) in enumerate(zip(names, leaf_signatures, dtypes)):
+            self.lines += _leaf_check(name, signature, dtype, self.env, k,
+                                      None if k not in batched else "define" if k == first else "match",
+                                      k in written)
+        if batched:
+            self.lines.append("    F = step.views.get(B) or step.fixed_for(B)")
+            return ["*F"]
+        self.env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
+        return [f"f{k}" for k in range(len(step.fixed))]
+
+    def call(self, arguments: list[str], before: list[str] = ()) -> None:
+        """The locked kernel call; the loss is read into ``loss`` under the lock (its buffer is reused)."""
+        self.env["o0"] = np.empty(*self.step.output_buffers[0])
+        self.lines += ["    lock.acquire()", "    try:"] + [f"        {line}" for line in before]
+        self.lines += [f"        step.call({', '.join(arguments)})", "        loss = o0[0]",
+                       "    finally:", "        lock.release()"]
+
+    def function(self):
+        exec("\n".join(self.lines), self.env)
+        return self.env["fast"]
+
 
 def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep, batched=frozenset()):
-    """``f(args) -> (loss, grads)``, or ``None`` when ``args`` do not match this signature.
+    """``f(args, out=None) -> (loss, grads)``, or ``None`` when the arguments do not fit.
 
     The leading extent of the leaves in ``batched`` is the batch size: any, but the same for all.
-    Returns None (no fast path) for argument trees it cannot spell as source (unusual dict keys).
+    With ``out`` (a tree shaped like the gradients) the gradients are written there and ``out``
+    is returned. Returns None (no fast path) for trees it cannot spell as source.
     """
-    env = {"step": step, "lock": step.lock, "ascontiguousarray": np.ascontiguousarray, "empty": np.empty,
-           "ndarray": np.ndarray}
-    lines, leaves = [], []
+    grad_tree = grad_treedefs[0] if single else _tuple_of(grad_treedefs)
+    src = _Source(step, "def fast(args, out=None):")
     try:
-        _guard(treedef, "args", lines, leaves, env)
-        grads = _tree_expr(grad_treedefs[0] if single else _tuple_of(grad_treedefs),
-                           iter(f"o{k}" for k in range(1, len(step.output_buffers))), env)
+        inputs = src.bind(treedef, "args", "x")
+        fixed = src.check_inputs(inputs, leaf_signatures, step.input_dtypes, batched)
+        n = len(step.output_buffers)
+        allocated = [f"    o{k} = empty(S{k}, T{k})" for k in range(1, n)]
+        grads = _tree_expr(grad_tree, iter(f"o{k}" for k in range(1, n)), src.env)
+        src.lines.append("    if out is None:")
+        src.lines += ["    " + line for line in allocated]
+        src.lines.append("    else:")
+        targets = _indented(src, lambda: src.bind(grad_tree, "out", "g"))
     except _Unspellable:
         return None
-    body = ["def fast(args):", "    try:"] + [f"        {line}" for line in lines]
-    body += ["    except (KeyError, IndexError, TypeError):", "        return None"]
-    first = min(batched, default=None)
-    for k, (name, signature) in enumerate(zip(leaves, leaf_signatures)):
-        body += _leaf_check(name, signature, step.input_dtypes[k], env, k,
-                            None if k not in batched else "define" if k == first else "match")
-    if batched:
-        body.append("    F = step.views.get(B) or step.fixed_for(B)")
-        fixed = ["*F"]
-    else:
-        env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
-        fixed = [f"f{k}" for k in range(len(step.fixed))]
-    env["o0"] = np.empty(*step.output_buffers[0])   # the loss: read out under the lock, so reused
-    for k, (shape, dtype) in enumerate(step.output_buffers[1:], 1):
-        env[f"S{k}"], env[f"T{k}"] = shape, dtype
-        body.append(f"    o{k} = empty(S{k}, T{k})")
-    arguments = leaves + fixed + [f"o{k}" for k in range(len(step.output_buffers))]
-    body.append("    lock.acquire()")
-    body.append("    try:")
-    body.append(f"        step.call({', '.join(arguments)})")
-    body.append("        loss = o0[0]")
-    body.append("    finally:")
-    body.append("        lock.release()")
-    body += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
-    body.append(f"    return loss, {grads}")
-    exec("\n".join(body), env)
-    return env["fast"]
+    for k, (name, (shape, dtype)) in enumerate(zip(targets, step.output_buffers[1:]), 1):
+        src.env[f"S{k}"], src.env[f"T{k}"], src.env[f"R{k}"] = shape, dtype, step.output_shapes[k]
+        aliased = " or ".join(f"{name} is {x}" for x in inputs)
+        src.lines += [f"        if type({name}) is not ndarray or {name}.shape != R{k} or {name}.dtype is not T{k} "
+                      f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {aliased}: return None",
+                      f"        o{k} = {name}.reshape(S{k})"]
+    src.call(inputs + fixed + [f"o{k}" for k in range(n)])
+    src.lines.append("    if out is not None:")
+    src.lines.append("        return loss, out")
+    src.lines += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
+    src.lines.append(f"    return loss, {grads}")
+    return src.function()
+
+
+def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: int, n_params: int,
+                check_aliasing):
+    """``f(args, scalars) -> loss`` for a training step, or ``None`` when the arguments do not fit.
+
+    ``args`` is ``(params, slot trees, data)``: its first ``n_written`` leaves (parameters, then
+    optimiser slots) are updated in place. The kernel takes parameters, data, slots, then the
+    run-time ``scalars``; ``check_aliasing(written, data)`` raises when arrays overlap.
+    """
+    src = _Source(step, "def fast(args, scalars):")
+    try:
+        leaves = src.bind(treedef, "args", "x")
+    except _Unspellable:
+        return None
+    params, slots, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
+    kernel = step.input_dtypes    # parameters, data, slots, scalars
+    n_data = len(data)
+    dtypes = kernel[:n_params] + kernel[n_params + n_data:n_written + n_data] + kernel[n_params:n_params + n_data]
+    fixed = src.check_inputs(leaves, leaf_signatures, dtypes, batched, range(n_written))
+    src.env["check_aliasing"] = check_aliasing
+    src.lines.append(f"    check_aliasing(({''.join(x + ', ' for x in leaves[:n_written])}), "
+                     f"({''.join(x + ', ' for x in data)}))")
+    n_scalars = len(step.input_dtypes) - len(leaves)
+    scalars = [f"c{k}" for k in range(n_scalars)]
+    src.env.update((c, np.empty(1)) for c in scalars)
+    assign = [f"{', '.join(c + '[0]' for c in scalars)}, = scalars"] if scalars else []
+    src.call(params + data + slots + scalars + fixed + ["o0"] + params + slots, before=assign)
+    src.lines.append("    return loss")
+    return src.function()
+
+
+def _indented(src: _Source, emit):
+    """Run ``emit`` (which appends lines) with its lines indented one level further."""
+    start = len(src.lines)
+    result = emit()
+    src.lines[start:] = ["    " + line for line in src.lines[start:]]
+    return result
 
 
 class _Unspellable(Exception):
     pass
 
 
-def _guard(treedef, expr: str, lines: list, leaves: list, env: dict) -> None:
+def _guard(treedef, expr: str, lines: list, leaves: list, env: dict, prefix: str = "x") -> None:
     """Lines binding each leaf of ``expr`` to a name, raising (caught) on structure mismatch."""
     if treedef.kind is None:
-        leaves.append(f"x{len(leaves)}")
+        leaves.append(f"{prefix}{len(leaves)}")
         lines.append(f"{leaves[-1]} = {expr}")
         return
-    node = f"n{len(lines)}"
+    node = f"{prefix}n{len(lines)}"
     kind = _constant(env, treedef.kind)
     lines.append(f"{node} = {expr}")
     lines.append(f"if type({node}) is not {kind} or len({node}) != {len(treedef.children)}: return None")
@@ -150,12 +226,13 @@ def _guard(treedef, expr: str, lines: list, leaves: list, env: dict) -> None:
     for key, child in zip(keys, treedef.children):
         if not isinstance(key, (str, int)):
             raise _Unspellable
-        _guard(child, f"{node}[{key!r}]", lines, leaves, env)
+        _guard(child, f"{node}[{key!r}]", lines, leaves, env, prefix)
 
 
-def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | None) -> list[str]:
+def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | None, written=False) -> list[str]:
     """Lines checking one leaf; ``batch`` says whether its leading extent defines the batch size
-    ``B``, must match it, or (None) is fixed."""
+    ``B``, must match it, or (None) is fixed. A ``written`` leaf (updated in place) must be a
+    writeable C-contiguous array as it is."""
     env[f"D{k}"] = dtype
     if not isinstance(signature, tuple):  # a Python scalar argument
         return [f"    if type({name}) is not {signature.__name__}: return None",
@@ -170,7 +247,10 @@ def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | Non
                  f"or {name}.dtype is not D{k}: return None"]
         lines.append(f"    B = {name}.shape[0]" if batch == "define" else
                      f"    if {name}.shape[0] != B: return None")
-    lines.append(f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
+    if written:
+        lines.append(f"    if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
+    else:
+        lines.append(f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
     if not shape:
         lines.append(f"    {name} = {name}.reshape(1)")
     return lines

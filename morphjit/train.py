@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import operator
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
 from .plan import check_updates_in_place
+from .runtime import fast_update
 from .trace import Trace, Tracer, argument_names
 
 STEP = "step"   # the state entry counting the updates done
@@ -70,8 +72,10 @@ class TrainStep:
         self._runs: dict = {}         # a call's leaf signatures -> its compiled update
         self._calls = self._misses = 0
         self._shapes = StepsByShape(static_shapes)
-        self._written: list = []      # the arrays of the last call's check, kept alive
+        self._fast = None             # the generated fast path of the step called last
+        self._written: tuple = ()     # the arrays of the last call's check, kept alive
         self._bounds: list = []       # their sorted (start, end, path) byte ranges
+        self._owners: set = set()     # ids of the owners of their memory
 
     def init(self, params) -> dict:
         """Fresh optimiser state for ``params``: the step count and zeroed slots."""
@@ -86,22 +90,29 @@ class TrainStep:
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it."""
         step_count = self._check_state(state)
-        slot_trees = [state[name] for name in self.optimizer.slots]
-        leaves = []
-        key = pytree.keyed_flatten((params, slot_trees, data), leaves, leaf_signature)
-        run = self._runs.get(key)
+        lr = self.optimizer.learning_rate(step_count) if lr is None else float(lr)
+        scalars = self.optimizer.scalars(step_count, lr)
+        args = (params, [state[name] for name in self.optimizer.slots], data)
+        loss = None if self._fast is None else self._fast(args, scalars)
+        if loss is None:
+            loss = self._checked_call(args, scalars)
         self._calls += 1
+        state[STEP][...] = step_count + 1
+        return loss
+
+    def _checked_call(self, args, scalars):
+        """The slow path: find (or compile) the step for the arguments' signature, check, run."""
+        leaves = []
+        key = pytree.keyed_flatten(args, leaves, leaf_signature)
+        run = self._runs.get(key)
         if run is None:
-            run = self._runs[key] = self._run_for(params, slot_trees, data)
+            run = self._runs[key] = self._run_for(*args)
+        self._fast = run.fast
         updated = run.n_params + run.n_slots
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
-        lr = self.optimizer.learning_rate(step_count) if lr is None else float(lr)
-        scalars = self.optimizer.scalars(step_count, lr)
         inputs = written[:run.n_params] + data_leaves + written[run.n_params:] + list(scalars)
-        loss = run(inputs, written)
-        state[STEP][...] = step_count + 1
-        return loss
+        return run(inputs, written)
 
     def cache_info(self) -> CacheInfo:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
@@ -152,37 +163,69 @@ class TrainStep:
             self._misses += 1
             run = self._shapes.build(self.fn, args, spec, leaves, batched,
                                      lambda batched: self._compile(args, spec, batched))
-        run.paths, run.data_paths = paths, data_paths
+            run.paths, run.data_paths = paths, data_paths
+            if run.native is not None:
+                written = len(paths)
+                order = (params, slot_trees, data)   # the leaves as the fast path sees them
+                tree_leaves, treedef = pytree.flatten(order)
+                batched = frozenset(k + written - n_params for k in run.batched)   # data come after the slots
+                run.fast = fast_update(treedef, [leaf_signature(x) for x in tree_leaves], run.native,
+                                       batched, written, n_params,
+                                       lambda w, d: self._check_aliasing(w, d, run))
         return run
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
         forward = trace_loss(self.fn, args, spec, batched)
         program = training_program(joint_program(forward, spec.wrt), self.optimizer)
         n_params = len(spec.wrt)
-        return CompiledUpdate(program, n_params, len(self.optimizer.slots) * n_params, self.optimizer.scalar_names,
-                              self.backend, name_hint(self.fn), self.cache)
+        run = CompiledUpdate(program, n_params, len(self.optimizer.slots) * n_params, self.optimizer.scalar_names,
+                             self.backend, name_hint(self.fn), self.cache)
+        run.batched = batched
+        return run
 
-    def _check_aliasing(self, written: list, data: list, run: "CompiledUpdate") -> None:
-        """Refuse arrays updated in place that overlap each other or a data array."""
-        paths = run.paths
-        if len(written) != len(self._written) or any(a is not b for a, b in zip(written, self._written)):
-            for path, x in zip(paths, written):
-                check_updatable(path, x)
-            bounds = sorted((start, start + x.nbytes, path) for path, x in zip(paths, written)
-                            for start in (x.__array_interface__["data"][0],))
-            for (_, end, first), (start, _, second) in zip(bounds, bounds[1:]):
-                if start < end:
-                    raise ValueError(f"{first} and {second} share memory; each parameter and state "
-                                     f"array is updated in place and must be an array of its own")
-            self._written, self._bounds = list(written), bounds
-        starts = [b[0] for b in self._bounds]
+    def _check_aliasing(self, written, data, run: "CompiledUpdate") -> None:
+        """Refuse arrays updated in place that overlap each other or a data array.
+
+        The written arrays' byte ranges are worked out when they change; a data array's range is
+        compared only when it shares an owner of memory with one of them (a view of the same
+        buffer), so the common case costs an attribute walk per data array.
+        """
+        if len(written) != len(self._written) or not all(map(operator.is_, written, self._written)):
+            self._remember_written(written, run.paths)
         for k, x in enumerate(data):
-            if isinstance(x, np.ndarray) and x.flags.c_contiguous and x.nbytes:
-                start = x.__array_interface__["data"][0]
-                i = bisect.bisect_right(starts, start + x.nbytes - 1) - 1
-                if i >= 0 and self._bounds[i][1] > start:
-                    raise ValueError(f"{run.data_paths[k]} shares memory with {self._bounds[i][2]}, "
-                                     f"which the step updates in place; pass a copy")
+            # A non-contiguous data array is copied before the kernel runs, so it cannot alias.
+            if type(x) is np.ndarray and id(memory_owner(x)) in self._owners and x.flags.c_contiguous:
+                overlap = self._overlap(x)
+                if overlap is not None:
+                    raise ValueError(f"{run.data_paths[k]} shares memory with {overlap}, which the step "
+                                     f"updates in place; pass a copy")
+
+    def _remember_written(self, written, paths) -> None:
+        for path, x in zip(paths, written):
+            check_updatable(path, x)
+        bounds = sorted((start, start + x.nbytes, path) for path, x in zip(paths, written)
+                        for start in (x.__array_interface__["data"][0],))
+        for (_, end, first), (start, _, second) in zip(bounds, bounds[1:]):
+            if start < end:
+                raise ValueError(f"{first} and {second} share memory; each parameter and state "
+                                 f"array is updated in place and must be an array of its own")
+        self._written, self._bounds = tuple(written), bounds
+        self._owners = {id(memory_owner(x)) for x in written}
+
+    def _overlap(self, x) -> str | None:
+        """The path of a written array whose bytes overlap ``x``'s, if any."""
+        if not x.nbytes:
+            return None
+        start = x.__array_interface__["data"][0]
+        i = bisect.bisect_right([b[0] for b in self._bounds], start + x.nbytes - 1) - 1
+        return self._bounds[i][2] if i >= 0 and self._bounds[i][1] > start else None
+
+
+def memory_owner(x: np.ndarray):
+    """The object at the end of ``x``'s ``.base`` chain: the owner of its memory."""
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x if x.base is None else x.base
 
 
 def check_updatable(path: str, x) -> None:
@@ -199,6 +242,8 @@ class CompiledUpdate:
 
     paths: list[str]        # of the arrays updated in place
     data_paths: list[str]   # of the data leaves
+    batched: frozenset      # the indices (among parameters and data) of the batched leaves
+    fast = None             # the generated fast path
 
     def __init__(self, program: Program, n_params, n_slots, scalar_names, backend, hint, cache):
         self.program, self.n_params, self.n_slots = program, n_params, n_slots

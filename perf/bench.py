@@ -162,8 +162,15 @@ def child_env(threads: int) -> dict:
 
 
 def spawn_workload(workload: str, dtype: str, opts, env: dict) -> dict:
-    cmd = [sys.executable, "-m", "perf.bench", "--child", workload, dtype, "--impls", ",".join(opts.impls),
-           "--threads", str(opts.threads), "--budget", str(opts.budget), "--min-samples", str(opts.min_samples)]
+    return spawn_child("perf.bench", workload, dtype, ["--impls", ",".join(opts.impls), "--threads", str(opts.threads),
+                                                       "--budget", str(opts.budget), "--min-samples",
+                                                       str(opts.min_samples)], env)
+
+
+def spawn_child(module: str, workload: str, dtype: str, args: list, env: dict) -> dict:
+    """Run ``python -m module --child workload dtype *args`` and return the dict it prints on its
+    ``RESULT `` line (or an ``error`` entry if it failed)."""
+    cmd = [sys.executable, "-m", module, "--child", workload, dtype] + list(args)
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode or not lines:

@@ -128,15 +128,20 @@ def test_out_receives_the_gradients(backend):
     step = mj.compile_loss(fn, backend=backend)
     value, grads = step(params, x, y)
     out = {k: np.full_like(v, np.nan) for k, v in params.items()}
-    out_value, returned = step(params, x, y, out=out)
-    assert returned is out and out_value == value
-    for k in params:
-        np.testing.assert_array_equal(out[k], grads[k])
+    for batch in (len(x), 3, len(x)):   # the fast path after the first call, at any batch size
+        out_value, returned = step(params, x[:batch], y[:batch], out=out)
+        want_value, want = step(params, x[:batch], y[:batch])
+        assert returned is out and out_value == want_value
+        for k in params:
+            np.testing.assert_array_equal(out[k], want[k])
+            out[k][...] = np.nan
+    assert step.cache_info().misses == 1
 
 
 def test_out_is_checked():
     fn, (params, x, y) = MODELS["mlp2"](np.float64)
     step = mj.compile_loss(fn)
+    step(params, x, y, out={k: np.empty_like(v) for k, v in params.items()})   # fast path from here on
     bad_shape = {k: np.zeros(v.shape + (1,)) for k, v in params.items()}
     with pytest.raises(mj.DtypeError, match=r"out\['W1'\] must be a writeable C-contiguous float64 array"):
         step(params, x, y, out=bad_shape)

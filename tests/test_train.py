@@ -202,6 +202,17 @@ class TestRefusals:
         with pytest.raises(ValueError, match=r"x shares memory with params\['W1'\]"):
             self.step(params, state, x, self.data[1])
 
+    def test_aliasing_is_caught_after_the_first_call_too(self):
+        x, y = self.data
+        self.step(self.params, self.state, x, y)                  # compiled; later calls take the fast path
+        self.step(self.params, self.state, x, y)
+        data = self.params["W1"].reshape(-1)[:24].reshape(2, 12)  # a view of a parameter as data
+        with pytest.raises(ValueError, match=r"x shares memory with params\['W1'\]"):
+            self.step(self.params, self.state, data, y[:2])
+        other = np.zeros(1000)                                    # same owner, no overlap: accepted
+        self.params["b2"] = other[:5]
+        self.step(self.params, self.step.init(self.params), other[100:124].reshape(2, 12), y[:2])
+
     def test_two_parameters_sharing_memory(self):
         self.params["b1"] = self.params["W1"][0]
         with pytest.raises(ValueError, match=r"params\['(W1|b1)'\] and params\['(W1|b1)'\] share memory"):
