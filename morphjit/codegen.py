@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
-from .ir import BATCH, Namer, Sym, Var, literal
+from .ir import BATCH, Constants, Namer, Sym, Var, literal
 from .ops import OPS
 from .plan import Acc, Alias, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
 
@@ -72,7 +72,7 @@ class Body:
             return f"({test})" if e.dtype == np.bool_ else \
                 f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
         args = [self.value(a) for a in e.args]
-        return OPS[e.op].scalar(lambda c: literal(c, e.dtype), *args, **dict(e.params))
+        return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
 
 
 def open_loops(out: Emitter, domain, names: list[str]) -> None:

@@ -268,6 +268,17 @@ class Lit:
         return text if self.dtype == np.float64 else f"{text}:{dtype_name(self.dtype)}"
 
 
+class Constants:
+    """``K`` of a scalar template: ``K(0.5)`` renders a constant in the op's dtype, ``K.dtype``."""
+
+    def __init__(self, dtype, render=None):
+        self.dtype = np.dtype(dtype)
+        self.render = render or literal
+
+    def __call__(self, value) -> str:
+        return self.render(value, self.dtype)
+
+
 def literal(value, dtype) -> str:
     """A constant of ``dtype`` as source text (so float32 loops stay in float32)."""
     dtype = np.dtype(dtype)
