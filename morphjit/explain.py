@@ -303,13 +303,7 @@ def _domain(ins) -> tuple[int, ...]:
 
 
 def describe_groups(groups: list[FusionGroup], program: Program) -> str:
-    names = Namer()
-    for v in program.inputs:
-        names.name(v)
-    for v, _ in program.consts:
-        names.name(v)
-    for b in program.bindings:
-        names.name(b.out)
+    names = Namer.of_program(program)
     count: dict[int, int] = {}
     for g in groups:
         for b in g.bindings:

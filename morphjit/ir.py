@@ -396,6 +396,18 @@ class Namer:
         self.names: dict[int, str] = {}
         self.order: list[Var] = []
 
+    @classmethod
+    def of_program(cls, program: "Program", bindings: bool = True) -> "Namer":
+        """Names for a program's values in its printed order: inputs, constants, (bindings)."""
+        names = cls()
+        for v in program.inputs:
+            names.name(v)
+        for v, _ in program.consts:
+            names.name(v)
+        for b in program.bindings if bindings else ():
+            names.name(b.out)
+        return names
+
     def declare(self, v: Var) -> str:
         return f"{self.name(v)}:{v.type}"
 
@@ -512,11 +524,7 @@ def verify(program: Program) -> None:
         define(v, "const")
         if value.shape != v.shape or value.dtype != v.dtype:
             raise VerifyError(f"const of type {v.type} holds {value.dtype}{list(value.shape)}")
-    names = Namer()
-    for v in program.inputs:
-        names.name(v)
-    for v, _ in program.consts:
-        names.name(v)
+    names = Namer.of_program(program, bindings=False)
     for b in program.bindings:
         for x in b.inputs:
             if isinstance(x, Var) and id(x) not in defined:
