@@ -137,6 +137,29 @@ class TrainStep:
         """The compiled update for these arguments' signature (checked here, once per signature)."""
         args = (params,) + tuple(data)
         spec, leaves = arg_spec(self.fn, args, 0)
+        paths, data_paths = self._check_signature(args, spec, leaves, slot_trees)
+        batched = self._shapes.batched(spec, leaves)
+        run = self._shapes.find(spec, leaves, batched)
+        if run is None:
+            self._misses += 1
+            run = self._shapes.build(self.fn, args, spec, leaves, batched,
+                                     lambda batched: self._compile(args, spec, batched))
+            run.paths, run.data_paths = paths, data_paths
+            if run.native is not None:
+                run.fast = self._fast_path(run, (params, slot_trees, data), len(spec.wrt))
+        return run
+
+    def _fast_path(self, run: "CompiledUpdate", args, n_params: int):
+        """The generated fast path of ``run``, taking ``args = (params, slot trees, data)``."""
+        leaves, treedef = pytree.flatten(args)
+        written = len(run.paths)
+        batched = frozenset(k + written - n_params for k in run.batched)   # data come after the slots
+        return fast_update(treedef, [leaf_signature(x) for x in leaves], run.native, batched, written,
+                           n_params, lambda w, d: self._check_aliasing(w, d, run))
+
+    def _check_signature(self, args, spec, leaves, slot_trees) -> tuple[list[str], list[str]]:
+        """Check parameters and optimiser slots; the paths of the arrays updated in place and of
+        the data leaves."""
         n_params = spec.arg_treedef(0).num_leaves
         param_tree = spec.arg_treedef(0)
         names = argument_names(self.fn, len(args))
@@ -157,22 +180,7 @@ class TrainStep:
                     raise DtypeError(f"{path} is {x.dtype}{list(x.shape)} but its parameter is "
                                      f"{p.dtype}{list(p.shape)}; make the state with step.init(params)")
             paths = paths + slot_paths
-        batched = self._shapes.batched(spec, leaves)
-        run = self._shapes.find(spec, leaves, batched)
-        if run is None:
-            self._misses += 1
-            run = self._shapes.build(self.fn, args, spec, leaves, batched,
-                                     lambda batched: self._compile(args, spec, batched))
-            run.paths, run.data_paths = paths, data_paths
-            if run.native is not None:
-                written = len(paths)
-                order = (params, slot_trees, data)   # the leaves as the fast path sees them
-                tree_leaves, treedef = pytree.flatten(order)
-                batched = frozenset(k + written - n_params for k in run.batched)   # data come after the slots
-                run.fast = fast_update(treedef, [leaf_signature(x) for x in tree_leaves], run.native,
-                                       batched, written, n_params,
-                                       lambda w, d: self._check_aliasing(w, d, run))
-        return run
+        return paths, data_paths
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
         forward = trace_loss(self.fn, args, spec, batched)
