@@ -15,7 +15,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Sym, Var, literal
 from .ops import OPS
-from .plan import Acc, Alias, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
+from .plan import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add.
@@ -73,6 +73,34 @@ class Body:
                 f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
+
+
+def loop_invariants(ins: Nest) -> list:
+    """The largest subexpressions of the nest's bodies that are the same on every iteration:
+    reads of one element (a scalar buffer) of values the nest does not write, and arithmetic on
+    them and on constants (``1 / B``). Computed once before the loops; read inside them, each
+    load would be one LLVM must assume a store may change, which keeps it from vectorising."""
+    outs = {id(v) for v in ins.outs}
+    found: dict = {}
+
+    def invariant(e) -> bool:
+        if isinstance(e, Const):
+            return True
+        if isinstance(e, Load):
+            return id(e.var) not in outs and not any(any(row) for row in e.imap.coeffs)
+        return isinstance(e, Apply) and all([invariant(a) for a in e.args])
+
+    def visit(e) -> None:
+        if invariant(e):
+            if not isinstance(e, Const):
+                found[e] = None
+        elif isinstance(e, (Apply, OneHot)):
+            for a in (e.args if isinstance(e, Apply) else (e.labels,)):
+                visit(a)
+
+    for e in [s.expr for s in ins.stores] + [a.expr for a in ins.accumulations]:
+        visit(e)
+    return list(found)
 
 
 def open_loops(out: Emitter, domain, names: list[str]) -> None:
@@ -136,13 +164,15 @@ class Writer:
             for a in accs:
                 self.fill_loop(a.out, literal(OPS[a.op].init, a.out.dtype))
         outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
+        body = Body(out, self.names, idx)
+        for e in loop_invariants(ins):
+            body.value(e)
         open_loops(out, [ins.domain[k] for k in outer], [idx[k] for k in outer])
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
         if in_registers:
             for acc, a in zip(accumulators, accs):
                 out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
             open_loops(out, [ins.domain[k] for k in axes], [idx[k] for k in axes])
-        body = Body(out, self.names, idx)
         values = []
         for s in ins.stores:
             values.append(body.value(s.expr))
@@ -227,7 +257,11 @@ class StepWriter(Writer):
 
     def source(self) -> str:
         out = self.out
-        arg_names = [self.names.name(v) for v in self.arguments()]
+        # An output written over an input is stored under the input's name, so LLVM sees one
+        # array (the same pointer), not two it must check for overlap before vectorising.
+        arg_names = [f"u{k}" if id(v) in self.plan.written_over else self.names.name(v)
+                     for k, v in enumerate(self.arguments())]
+        self.alias_outputs(self.names)
         counts = ", ".join(f"{n} {k}" for k, n in self.plan.counts().items())
         out.line(f"# morphjit step for program {self.plan.program.name!r}: {counts}; "
                  f"{len(self.plan.slots)} pool slots, {self.plan.workspace_bytes} workspace bytes")
@@ -252,12 +286,18 @@ class StepWriter(Writer):
         out.line("return 0")
         return out.text()
 
+    def alias_outputs(self, names: Namer) -> None:
+        outputs = {id(v): v for v in self.plan.outputs}
+        for key, src in self.plan.written_over.items():
+            names.same_as(outputs[key], src)
+
     def helpers(self) -> dict[int, tuple[str, list[Var]]]:
         """Emit one function per loop nest text that occurs twice or more; the calls to make."""
         texts = {}
         for ins in self.plan.instructions:
             if isinstance(ins, (Nest, RowNest)):
                 writer = Writer(Emitter(), Namer("a"))
+                self.alias_outputs(writer.names)
                 writer.out.depth = 1
                 getattr(writer, type(ins).__name__.lower())(ins)
                 texts[id(ins)] = (writer.out.text(), writer.names.order)

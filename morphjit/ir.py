@@ -408,6 +408,10 @@ class Namer:
             names.name(b.out)
         return names
 
+    def same_as(self, v: Var, other: Var) -> None:
+        """Name ``v`` as ``other``: two values in one buffer (an output written over an input)."""
+        self.names[id(v)] = self.name(other)
+
     def declare(self, v: Var) -> str:
         return f"{self.name(v)}:{v.type}"
 

@@ -463,6 +463,7 @@ class Plan:
     slots: list[Slot] = field(default_factory=list)
     slot_of: dict[int, int] = field(default_factory=dict)    # id(buffer var) -> slot
     in_place: set[int] = field(default_factory=set)          # ids of instructions writing in place
+    written_over: dict[int, Var] = field(default_factory=dict)  # id(output) -> the input it overwrites
 
     def __post_init__(self):
         self._alias_src = {id(i.out): i.src for i in self.instructions if isinstance(i, Alias)}
@@ -585,10 +586,10 @@ def in_place_donor(ins, out: Var, dying: list[Var], plan: Plan) -> Var | None:
     return None
 
 
-def check_updates_in_place(plan: Plan, pairs) -> None:
-    """Check that each ``(input, output)`` pair may share memory (a parameter updated in place):
-    the output is written by a loop nest (or a part of a row nest) that reads the input only
-    there and only at the element it writes, and nothing after that instruction reads it."""
+def write_in_place(plan: Plan, pairs) -> None:
+    """Let each ``(input, output)`` pair share memory (a parameter updated in place), after
+    checking that the output is written by a loop nest (or a part of a row nest) that reads the
+    input only there and only at the element it writes, and that nothing later reads the input."""
     for src, dst in pairs:
         writer = next(t for t, ins in enumerate(plan.instructions) if dst in ins.outs)
         ins = plan.instructions[writer]
@@ -602,6 +603,7 @@ def check_updates_in_place(plan: Plan, pairs) -> None:
                    for part in parts)
         if any(v is src for v in later) or not safe:
             raise AssertionError(f"the plan cannot update {src} in place:\n{describe_plan(plan)}")
+        plan.written_over[id(dst)] = src
 
 
 def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:

@@ -21,7 +21,7 @@ from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
-from .plan import check_updates_in_place
+from .plan import write_in_place
 from .runtime import fast_update
 from .trace import Trace, Tracer, argument_names
 
@@ -261,7 +261,7 @@ class CompiledUpdate:
         plan = compile_plan(program)
         slots_end = len(program.inputs) - len(scalar_names)
         updated = program.inputs[:n_params] + program.inputs[slots_end - n_slots:slots_end]
-        check_updates_in_place(plan, zip(updated, plan.outputs[1:]))
+        write_in_place(plan, zip(updated, plan.outputs[1:]))
         self.native, self.source = native_step(plan, hint, cache)
 
     def __call__(self, inputs: list, written: list):

@@ -54,7 +54,13 @@ def test_float32_and_out_at_several_batch_sizes():
 
 def test_the_program_reads_the_batch_size_at_run_time():
     fn, args = MODELS["logistic"](np.float64)
-    program = mj.compile_loss(fn).program(*args)
+    step = mj.compile_loss(fn)
+    program = step.program(*args)
+    source = step.source(*args)
+    assert "    B = v" in source and ".shape[0]" in source and "range(B)" in source
+    # 1 / B is computed before the loops that use it, never inside one
+    lines = [line for line in source.splitlines() if "/ np.float64(B)" in line]
+    assert lines and all(line.startswith("    t") and not line.startswith("        ") for line in lines)
     text = str(program)
     assert text.splitlines()[0] == "in v0:f64[] v1:f64[6] v2:f64[B,6] v3:f64[B]"
     assert "fill dtype=f64 shape=() value=B" in text        # the mean divides by B

@@ -1,5 +1,7 @@
 """mj.train_step: the fused loss + gradient + optimiser update, checked step by step against the
 optimisers' published formulas written out in NumPy (gradients from the reference executor)."""
+import re
+
 import numpy as np
 import pytest
 
@@ -140,6 +142,13 @@ def test_the_update_is_fused_into_the_compiled_step():
     (run,) = step._runs.values()
     assert len(run.program.outputs) == 1 + 3 * len(params)
     assert "def step(" in run.source and run.source.count("np.dot(") == 5
+    # every update is stored under its parameter's (or slot's) own name: the output parameters
+    # u0, u1, ... (the same arrays) are never used, so LLVM sees one array per update
+    header = next(line for line in run.source.splitlines() if line.startswith("def step("))
+    unused = [name for name in header[9:-2].split(", ") if name.startswith("u")]
+    assert len(unused) == 3 * len(params)
+    body = run.source.split(header, 1)[1]
+    assert not any(re.search(rf"\b{name}\b", body) for name in unused)
 
 
 def test_learning_rate_changes_without_recompiling():
