@@ -258,6 +258,24 @@ def parse(argv=None):
     return opts
 
 
+def run_and_report(opts, run, markdown, terminal) -> dict:
+    """``run(opts, on_result)``, writing the JSON and the markdown after every workload (so an
+    interrupted run keeps what it measured), then the terminal table."""
+    def write(data):
+        if opts.json:
+            with open(opts.json, "w") as f:
+                json.dump(data, f, indent=1)
+        if opts.markdown:
+            with open(opts.markdown, "w") as f:
+                f.write(markdown(data))
+
+    data = run(opts, on_result=write)
+    print()
+    print(terminal(data))
+    print(f"\nJSON: {opts.json or '-'}  Markdown: {opts.markdown or '-'}")
+    return data
+
+
 def main(argv=None) -> dict | None:
     opts = parse(argv)
     if opts.child:
@@ -265,20 +283,7 @@ def main(argv=None) -> dict | None:
         print("RESULT " + json.dumps(result), flush=True)
         return None
     from perf import report
-
-    def write(data):  # after every workload, so an interrupted run keeps what it measured
-        if opts.json:
-            with open(opts.json, "w") as f:
-                json.dump(data, f, indent=1)
-        if opts.markdown:
-            with open(opts.markdown, "w") as f:
-                f.write(report.markdown(data))
-
-    data = run(opts, on_result=write)
-    print()
-    print(report.terminal(data))
-    print(f"\nJSON: {opts.json or '-'}  Markdown: {opts.markdown or '-'}")
-    return data
+    return run_and_report(opts, run, report.markdown, report.terminal)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,8 @@ class TrainImpl:
     kind: str
     build: Callable                   # build(workload, opt, params, data) -> TrainBuilt
     alloc_visible: bool = True
+    rtol: dict | None = None          # {dtype: rtol} where the peer's own rounding is coarser than RTOL
+    rtol_reason: str = ""
 
 
 def _restore(params: dict, initial: dict):
@@ -309,13 +311,37 @@ TRAIN_IMPLS = {i.name: i for i in (
     TrainImpl("numpy", "reference", build_numpy),
     TrainImpl("jax", "peer", build_jax, alloc_visible=False),
     TrainImpl("torch", "peer", build_torch, alloc_visible=False),
-    TrainImpl("torch.compile", "peer", partial(build_torch, compiled=True), alloc_visible=False),
+    TrainImpl("torch.compile", "peer", partial(build_torch, compiled=True), alloc_visible=False,
+              rtol={"float64": 2e-5}, rtol_reason=(
+                  "under torch.compile, torch.optim.Adam computes its bias corrections 1 - beta**step from the "
+                  "float32 `step` tensor (torch.optim.optimizer._get_value returns the tensor while compiling; eager "
+                  "mode takes step.item()): float64 parameters then differ from torch eager's by up to 6e-6 of "
+                  "their largest magnitude after 3 steps on medium, and by 1e-13 once "
+                  "torch.set_default_dtype(torch.float64) makes `step` a float64 tensor")),
 )}
 
 
-def params_mismatch(got: dict, want: dict, dtype: str):
+ADAM_F32_RTOL = 1e-3
+ADAM_F32_REASON = (
+    "Adam's first steps are lr x g / (|g| + eps): for gradient components of the size of eps (1e-8) the "
+    "float32 rounding of an independently computed gradient (absolute differences ~5e-9 against morphjit's "
+    "on medium, 3e-7 of the largest gradient) moves the update by up to a few percent of lr (4e-5 observed "
+    "for torch on medium, 2e-4 of max |W1|); implementations that use morphjit's gradients stay at 1e-4")
+
+
+def check_rtol(impl: TrainImpl, opt: Opt, dtype: str) -> tuple:
+    """(rtol, why it is looser than RTOL or '') for checking ``impl`` against the fused step."""
+    rtol, why = RTOL[dtype], ""
+    if opt.name == "adam" and dtype == "float32" and impl.kind in ("reference", "peer"):
+        rtol, why = ADAM_F32_RTOL, ADAM_F32_REASON
+    if opt.name == "adam" and impl.rtol and dtype in impl.rtol and impl.rtol[dtype] > rtol:
+        rtol, why = impl.rtol[dtype], impl.rtol_reason
+    return rtol, why
+
+
+def params_mismatch(got: dict, want: dict, rtol: float):
     """(message or None, max error relative to each array's largest magnitude)."""
-    rtol, worst = RTOL[dtype], 0.0
+    worst = 0.0
     for k, w in want.items():
         g = np.asarray(got.get(k))
         if g.shape != w.shape:
@@ -379,8 +405,11 @@ def run_optimizer(wl, opt: Opt, dtype: str, impl_names: list, budget_s: float, m
         if reference is None:
             entry.update(status="unchecked", message=f"{SUBJECT} not run")
             continue
-        problem, worst = params_mismatch(finals[name], reference, dtype)
-        entry["check"] = dict(max_rel_err=worst, rtol=RTOL[dtype], passed=problem is None)
+        rtol, why = check_rtol(TRAIN_IMPLS[name], opt, dtype)
+        problem, worst = params_mismatch(finals[name], reference, rtol)
+        entry["check"] = dict(max_rel_err=worst, rtol=rtol, passed=problem is None)
+        if why:
+            entry["check"]["loosened"] = why
         if problem:
             entry.update(status="wrong", message=f"after {CHECK_STEPS} steps: {problem}")
             del built[name]
@@ -461,12 +490,24 @@ def run(opts, on_result=None) -> dict:
 
 
 def _data(opts, results: list) -> dict:
-    return dict(command=" ".join(["python -m perf.train_bench"] + opts.argv), machine=bench.machine_info(results),
+    return dict(command=" ".join(["python -m perf.train_bench"] + opts.argv), git=_git(),
+                machine=bench.machine_info(results),
                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), options=dict(
                     threads=opts.threads, budget_s=opts.budget, min_samples=opts.min_samples, quick=opts.quick,
                     optimizers={o: OPTIMIZERS[o].describe() for o in opts.optims}, check_steps=CHECK_STEPS,
                     rtol=RTOL, reset_every=RESET_EVERY, unset_env=list(bench.UNSET_ENV)),
                 results=results)
+
+
+def _git() -> str:
+    """The checkout's commit, and whether morphjit/ differs from it (the figures depend on it)."""
+    import subprocess
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "morphjit"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + (" (morphjit/ modified)" if dirty.stdout.strip() else "")
 
 
 # ================================================================ the tables
@@ -565,7 +606,8 @@ def _ratio_cell(impls: dict, name: str) -> str:
 def _check_cell(impls: dict, name: str) -> str:
     check = (impls.get(name) or {}).get("check")
     if isinstance(check, dict):
-        return f"{check['max_rel_err']:.1e}" + ("" if check["passed"] else " WRONG")
+        return (f"{check['max_rel_err']:.1e}" + (f" (rtol {check['rtol']:g})" if check.get("loosened") else "")
+                + ("" if check["passed"] else " WRONG"))
     return check or (impls.get(name) or {}).get("status", "")
 
 
@@ -579,6 +621,17 @@ def _problems(data: dict) -> list:
                 if e.get("status") not in (None, "ok"):
                     out.append(f"- {r['workload']} {r['dtype']} {o} {n}: **{e['status']}** {e.get('message', '')}")
     return out
+
+
+def _loosened(data: dict) -> list:
+    seen = {}
+    for r in data["results"]:
+        for o, res in r.get("optimizers", {}).items():
+            for n, e in res["impls"].items():
+                check = e.get("check")
+                if isinstance(check, dict) and check.get("loosened"):
+                    seen.setdefault(check["loosened"], []).append(f"`{n}` {r['dtype']} {o} ({check['rtol']:g})")
+    return [f"- rtol loosened for {', '.join(dict.fromkeys(where))}: {why}." for why, where in seen.items()]
 
 
 def _notes(data: dict) -> list:
@@ -602,7 +655,7 @@ def markdown(data: dict) -> str:
     parts = [
         "# morphjit training-step benchmark results",
         "",
-        f"Produced by `{data['command']}` on {data['date']}.",
+        f"Produced by `{data['command']}` on {data['date']}, at commit {data.get('git', 'unknown')}.",
         "",
         f"- Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}",
         f"- Versions: {versions}",
@@ -622,6 +675,7 @@ def markdown(data: dict) -> str:
         f"- Correctness: from identical initial parameters every implementation runs {o['check_steps']} steps; "
         f"its parameters must be allclose to `morphjit.fused`'s (rtol {rtol}, atol = rtol x the array's largest "
         "magnitude) or it is reported and not timed.",
+        *_loosened(data),
         "",
         "Implementations:",
         "",
@@ -697,19 +751,7 @@ def main(argv=None) -> dict | None:
         print("RESULT " + json.dumps(result), flush=True)
         return None
 
-    def write(data):  # after every workload, so an interrupted run keeps what it measured
-        if opts.json:
-            with open(opts.json, "w") as f:
-                json.dump(data, f, indent=1)
-        if opts.markdown:
-            with open(opts.markdown, "w") as f:
-                f.write(markdown(data))
-
-    data = run(opts, on_result=write)
-    print()
-    print(terminal(data))
-    print(f"\nJSON: {opts.json or '-'}  Markdown: {opts.markdown or '-'}")
-    return data
+    return bench.run_and_report(opts, run, markdown, terminal)
 
 
 if __name__ == "__main__":
