@@ -395,6 +395,7 @@ class Namer:
         self.prefix = prefix
         self.names: dict[int, str] = {}
         self.order: list[Var] = []
+        self.aliases: dict[int, Var] = {}
 
     @classmethod
     def of_program(cls, program: "Program", bindings: bool = True) -> "Namer":
@@ -410,12 +411,14 @@ class Namer:
 
     def same_as(self, v: Var, other: Var) -> None:
         """Name ``v`` as ``other``: two values in one buffer (an output written over an input)."""
-        self.names[id(v)] = self.name(other)
+        self.aliases[id(v)] = other
 
     def declare(self, v: Var) -> str:
         return f"{self.name(v)}:{v.type}"
 
     def name(self, v: Var) -> str:
+        if id(v) in self.aliases:
+            return self.name(self.aliases[id(v)])
         key = id(v)
         if key not in self.names:
             self.names[key] = f"{self.prefix}{len(self.names)}"

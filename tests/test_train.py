@@ -265,3 +265,28 @@ class TestRefusals:
     def test_bad_hyperparameters(self, make):
         with pytest.raises(ValueError):
             make()
+
+
+def test_deep_models_whose_nests_repeat_update_in_place_too():
+    """Repeated loop nests become shared helper functions; the in-place updates inside them
+    must name the parameter itself."""
+    def deep(params, x, y):
+        h = x
+        for k in range(3):
+            h = np.tanh(h @ params[f"W{k}"] + params[f"b{k}"])
+        return mj.mean(mj.softmax_cross_entropy(h @ params["out"], y))
+
+    rng = np.random.default_rng(5)
+    params = {**{f"W{k}": rng.normal(size=(16, 16)) * 0.3 for k in range(3)},
+              **{f"b{k}": np.zeros(16) for k in range(3)}, "out": rng.normal(size=(16, 4)) * 0.3}
+    reference = {k: v.copy() for k, v in params.items()}
+    x, y = rng.normal(size=(32, 16)), rng.integers(0, 4, 32)
+    step = mj.train_step(deep, mj.optim.adam(1e-2))
+    want = mj.train_step(deep, mj.optim.adam(1e-2), backend="interp")
+    state, want_state = step.init(params), want.init(reference)
+    for _ in range(3):
+        assert step(params, state, x, y) == pytest.approx(want(reference, want_state, x, y), rel=1e-12)
+    for k in params:
+        np.testing.assert_allclose(params[k], reference[k], rtol=1e-11)
+    (run,) = set(step._runs.values())
+    assert "def k0(" in run.source
