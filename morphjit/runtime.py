@@ -117,8 +117,11 @@ class _Source:
             self.lines += _leaf_check(name, signature, dtype, self.env, k,
                                       None if k not in batched else "define" if k == first else "match",
                                       k in written)
-        if batched:
-            self.lines.append("    F = step.views.get(B) or step.fixed_for(B)")
+        if batched:   # the views of the batch size called last, else those of this one
+            self.env["LAST"] = [(None, None)]
+            self.lines += ["    last = LAST[0]",
+                           "    if last[0] == B: F = last[1]",
+                           "    else: F = step.fixed_for(B); LAST[0] = (B, F)"]
             return ["*F"]
         self.env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
         return [f"f{k}" for k in range(len(step.fixed))]
@@ -241,12 +244,12 @@ def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | Non
     if batch is None:
         env[f"P{k}"] = shape
         lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype is not D{k}: return None"]
-    else:
-        env[f"P{k}"] = shape[1:]
-        lines = [f"    if type({name}) is not ndarray or {name}.ndim != {len(shape)} or {name}.shape[1:] != P{k} "
-                 f"or {name}.dtype is not D{k}: return None"]
-        lines.append(f"    B = {name}.shape[0]" if batch == "define" else
-                     f"    if {name}.shape[0] != B: return None")
+    else:   # the trailing extents compared one by one: cheaper than slicing the shape
+        trailing = "".join(f" or s[{i}] != {d}" for i, d in enumerate(shape[1:], 1))
+        lines = [f"    if type({name}) is not ndarray or {name}.dtype is not D{k}: return None",
+                 f"    s = {name}.shape",
+                 f"    if len(s) != {len(shape)}{trailing}: return None",
+                 "    B = s[0]" if batch == "define" else "    if s[0] != B: return None"]
     if written:
         lines.append(f"    if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
     else:
