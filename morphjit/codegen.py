@@ -245,8 +245,9 @@ class StepWriter(Writer):
     def __init__(self, plan: Plan):
         super().__init__(Emitter(), Namer())
         self.plan = plan
+        self.batched = batched_input(plan.inputs)    # the step reads the batch size from it
         # the run-time extents a helper's loops may need, passed along
-        self.extents = [BATCH] if batched_input(plan.inputs) is not None else []
+        self.extents = [BATCH] if self.batched is not None else []
 
     def arguments(self) -> list[Var]:
         """Inputs, constants, the pooled buffers (as views) and the outputs, in that order."""
@@ -274,9 +275,8 @@ class StepWriter(Writer):
         out.line(DECORATOR)
         out.line(f"def {ENTRY}({', '.join(arg_names)}):")
         out.depth += 1
-        batched = batched_input(self.plan.inputs)
-        if batched is not None:
-            out.line(f"{BATCH} = {self.names.name(batched)}.shape[0]")
+        if self.batched is not None:
+            out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
         for ins in self.plan.instructions:
             if id(ins) in calls:
                 helper, params = calls[id(ins)]
