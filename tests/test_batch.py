@@ -7,13 +7,17 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 import morphjit as mj
+from morphjit.compiler import batched_leaves
 from morphjit.ir import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
 from models import MODELS
+from strategies import random_programs
 
 BATCHED = ["mlp2", "layernorm", "attention", "logistic", "huber_ridge"]
-SIZES = [16, 1, 2, 7, 13, 257, 16]
+SIZES = [16, 1, 2, 7, 13, 257, 4099, 16]   # 1, primes, large
 
 
 def reference(fn, args):
@@ -186,3 +190,31 @@ def test_extent_arithmetic():
                         lambda: b // 4, lambda: 1 / b, lambda: range(b)):
         with pytest.raises(Specialize):
             needs_value()
+
+
+# ---------------------------------------------------------------------------------------------
+# Random programs: a step morphjit compiled for every batch size must be right at other sizes
+
+
+def resized(leaves, batched, batch):
+    """The leaves with the batched ones cut or tiled along their leading axis to ``batch`` rows."""
+    return [np.take(x, np.arange(batch) % x.shape[0], axis=0) if k in batched else x for k, x in enumerate(leaves)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(random_programs(), st.integers(1, 9))
+def test_random_polymorphic_steps_agree_with_the_reference_at_other_batch_sizes(example, batch):
+    fn, args = example
+    step = mj.compile_loss(fn)
+    step(*args)
+    (signature,) = step.cache_info().signatures
+    assume("[B" in signature)
+    leaves, treedef = mj.pytree.flatten(args)
+    n_params = len(mj.pytree.flatten(args[0])[0])
+    new_args = mj.pytree.unflatten(treedef, resized(leaves, batched_leaves(leaves, range(n_params)), batch))
+    got = step(*new_args)
+    assert step.cache_info().misses == 1                      # no new compile
+    want = mj.compile_loss(fn, backend="interp", static_shapes=True)(*new_args)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-12)
+    for g, w in zip(mj.pytree.flatten(got[1])[0], mj.pytree.flatten(want[1])[0]):
+        np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
