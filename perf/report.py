@@ -264,13 +264,11 @@ def markdown(data: dict) -> str:
         "",
         _md_table(*_alloc_table(data)),
         "",
-        "## Missing, wrong or failed implementations",
-        "",
-        "\n".join(_problems(data)) or "None.",
-        "",
-        "## All rows",
-        "",
-        _md_table(HEADER, [row for r in data["results"] for row in rows(r)]),
-        "",
-    ]
+    ] + closing_sections(_problems(data), HEADER, [row for r in data["results"] for row in rows(r)])
     return "\n".join(parts)
+
+
+def closing_sections(problems: list[str], header, all_rows) -> list[str]:
+    """The last sections of a results page: what was missing or wrong, then every row."""
+    return ["## Missing, wrong or failed implementations", "", "\n".join(problems) or "None.", "",
+            "## All rows", "", _md_table(header, all_rows), ""]

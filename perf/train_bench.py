@@ -645,7 +645,7 @@ def _notes(data: dict) -> list:
 
 
 def markdown(data: dict) -> str:
-    from perf.report import _md_table
+    from perf.report import _md_table, closing_sections
     m, o = data["machine"], data["options"]
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     pools = "\n".join(f"  - {p.get('user_api')} / {p.get('internal_api', '')} {p.get('version', '') or ''}: "
@@ -697,15 +697,7 @@ def markdown(data: dict) -> str:
         "",
         _md_table(*_matrix(data, _check_cell)),
         "",
-        "## Missing, wrong or failed implementations",
-        "",
-        "\n".join(_problems(data)) or "None.",
-        "",
-        "## All rows",
-        "",
-        _md_table(HEADER, [row for r in data["results"] for row in rows(r)]),
-        "",
-    ]
+    ] + closing_sections(_problems(data), HEADER, [row for r in data["results"] for row in rows(r)])
     return "\n".join(parts)
 
 
