@@ -8,7 +8,9 @@ built from the workload's declaration (perf.workloads), checked against morphjit
 gradients allclose; a wrong implementation is reported, not timed) and timed interleaved with the
 others (perf.timing). Before that, two more fresh processes measure morphjit's cold compile (empty
 MORPHJIT_CACHE_DIR) and warm start from the disk cache (perf.startup); the workload process then
-loads the step from that cache.
+loads the step from that cache. The compiling peers (JAX, torch.compile, PyTensor) get the same
+two fresh processes with their own persistent caches on the --startup-peers-on workloads (default
+small).
 
 BLAS threads are held equal: OPENBLAS/OMP/MKL_NUM_THREADS and threadpoolctl for NumPy's and
 numba's (scipy's) BLAS, torch.set_num_threads, and XLA_FLAGS for JAX (XLA's own thread pool is not
@@ -191,11 +193,13 @@ def run(opts, on_result=None) -> dict:
                 start = None
                 if opts.startup and "morphjit" in opts.impls:
                     try:
-                        start = startup.cold_and_warm(workload, dtype, cache_dir, env_w)
+                        start = startup.cold_and_warm(workload, dtype, cache_dir, env_w, threads=opts.threads)
                     except RuntimeError as e:
                         start = dict(error=str(e)[-2000:])
                 r = spawn_workload(workload, dtype, opts, env_w)
             r["startup"] = start
+            if opts.startup and workload in opts.startup_peers_on:
+                r["peer_startup"] = startup.peers(workload, dtype, opts.startup_peers, env, opts.threads)
             r["wall_s"] = time.perf_counter() - t0
             results.append(r)
             print(report.workload_lines(r), flush=True)
@@ -239,6 +243,11 @@ def parse(argv=None):
     ap.add_argument("--min-samples", type=int)
     ap.add_argument("--no-startup", dest="startup", action="store_false",
                     help="skip the cold-compile and warm-start processes")
+    ap.add_argument("--startup-peers", help="peers whose cold compile and warm start are measured in fresh "
+                    "processes too (default: the peers of --impls among jax,torch.compile,pytensor; '' for none)")
+    ap.add_argument("--startup-peers-on", default="small",
+                    help="workloads on which the peers' start-up is measured ('all' for every one; about 50 s "
+                    "per workload and dtype with all three peers)")
     ap.add_argument("--json", default=DEFAULT_JSON, help="where to write the JSON results")
     ap.add_argument("--markdown", default=DEFAULT_MARKDOWN, help="where to write RESULTS.md ('' to skip)")
     ap.add_argument("--child", nargs=2, metavar=("WORKLOAD", "DTYPE"), help=argparse.SUPPRESS)
@@ -250,6 +259,14 @@ def parse(argv=None):
     opts.only = [w for w in opts.only.split(",") if w]
     opts.impls = [i for i in opts.impls.split(",") if i]
     opts.dtypes = [d for d in opts.dtype.split(",") if d]
+    from perf.startup import PEERS
+    opts.startup_peers = ([i for i in opts.impls if i in PEERS] if opts.startup_peers is None
+                          else [i for i in opts.startup_peers.split(",") if i])
+    opts.startup_peers_on = (list(WORKLOADS) if opts.startup_peers_on == "all"
+                             else [w for w in opts.startup_peers_on.split(",") if w])
+    bad = [i for i in opts.startup_peers if i not in PEERS]
+    if bad:
+        ap.error(f"no start-up measurement for {', '.join(bad)}; choose from {', '.join(PEERS)}")
     for kind, chosen, known in (("workload", opts.only, WORKLOADS), ("implementation", opts.impls, IMPLEMENTATIONS),
                                 ("dtype", opts.dtypes, DTYPES)):
         unknown = [c for c in chosen if c not in known]

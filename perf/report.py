@@ -173,6 +173,30 @@ def _startup_table(data: dict):
     return header, body
 
 
+def _fresh_process_table(data: dict):
+    """morphjit and each peer measured by perf.startup, one row per implementation, for the results
+    whose peers' start-up was measured."""
+    header = ["workload", "dtype", "impl", "cold first call s", "cold process s", "warm first call s",
+              "warm process s", "warm from disk", "warm import s", "cold RSS MiB"]
+    body = []
+    for r in data["results"]:
+        if "peer_startup" not in r:
+            continue
+        for name, s in [("morphjit", r.get("startup") or {})] + list(r["peer_startup"].items()):
+            if "cold" not in s:
+                status = s.get("status") or ("error" if "error" in s else "not run")
+                body.append([r["workload"], r["dtype"], name, status] + [""] * 6)
+                continue
+            cold, warm = s["cold"], s["warm"]
+            hit = warm.get("from_disk")  # a bool, or a count of cache hits
+            hit = "" if hit is None else ("yes" if hit else "no") if isinstance(hit, bool) else str(hit)
+            body.append([r["workload"], r["dtype"], name, _fmt_s(cold.get("first_call_s")),
+                         _fmt_s(cold.get("process_s")), _fmt_s(warm.get("first_call_s"), 3),
+                         _fmt_s(warm.get("process_s")), hit,
+                         _fmt_s(warm.get("import_s")), _fmt_s(cold.get("max_rss_mb"), 0)])
+    return header, body
+
+
 def _overhead_table(data: dict):
     header = ["workload", "dtype", "morphjit call us", "entry point us", "Python-side overhead us"]
     body = []
@@ -247,12 +271,13 @@ def markdown(data: dict) -> str:
         "",
         "morphjit cold = fresh process, empty MORPHJIT_CACHE_DIR (trace + codegen + numba compile); warm = "
         "fresh process loading the step from that cache. Process times are the wall time of the whole child "
-        "process, interpreter start-up and data generation included. Peer first calls are measured inside "
-        "the workload process (their imports already done; PyTensor's includes building the graph and its "
-        "own on-disk compile cache may be warm).",
+        "process, interpreter start-up and data generation included. Peer first calls in this table are "
+        "measured inside the workload process (their imports already done; PyTensor's includes building the "
+        "graph and its own on-disk compile cache may be warm); their fresh-process figures follow.",
         "",
         _md_table(*_startup_table(data)),
         "",
+    ] + _fresh_process_section(data) + [
         "## Python-side call overhead",
         "",
         _md_table(*_overhead_table(data)),
@@ -266,6 +291,27 @@ def markdown(data: dict) -> str:
         "",
     ] + closing_sections(_problems(data), HEADER, [row for r in data["results"] for row in rows(r)])
     return "\n".join(parts)
+
+
+def _fresh_process_section(data: dict) -> list[str]:
+    header, body = _fresh_process_table(data)
+    if not body:
+        return []
+    return [
+        "### Start-up in fresh processes, morphjit and its compiling peers",
+        "",
+        "Each implementation as morphjit above: a cold process with an empty persistent cache, then a warm "
+        "process reusing it (JAX: `jax_compilation_cache_dir`, minimum compile time and entry size 0; "
+        "torch.compile: `TORCHINDUCTOR_CACHE_DIR`, `TORCHINDUCTOR_COMPILE_THREADS` = threads; PyTensor: "
+        "`base_compiledir`, graph build included in its first call). First call = the first "
+        "`step(params, *data)` of the fresh process; process = its whole wall time, interpreter start-up "
+        "included; import = the framework's import. Warm from disk: morphjit's disk load, JAX's "
+        "compilation-cache hits, inductor's FX-graph cache hits, PyTensor's cache directory found "
+        "non-empty. The peers' processes also import numba (the suite's workload module does).",
+        "",
+        _md_table(header, body),
+        "",
+    ]
 
 
 def closing_sections(problems: list[str], header, all_rows) -> list[str]:
