@@ -114,14 +114,16 @@ def name_hint(fn) -> str:
     return name[:40] or "step"
 
 
+def data_arrays(leaves, wrt) -> list[int]:
+    """The indices of the leaves that are data arrays with a leading axis (not differentiated)."""
+    differentiated = set(wrt)
+    return [k for k, x in enumerate(leaves) if k not in differentiated and isinstance(x, np.ndarray) and x.ndim]
+
+
 def batched_leaves(leaves, wrt) -> frozenset[int]:
     """The data leaves whose leading extent is the batch size: that of the first data array.
-
-    Data leaves are those not differentiated; one with another leading extent keeps it concrete.
-    """
-    differentiated = set(wrt)
-    data = [k for k, x in enumerate(leaves)
-            if k not in differentiated and isinstance(x, np.ndarray) and x.ndim]
+    A data array with another leading extent keeps it concrete."""
+    data = data_arrays(leaves, wrt)
     if not data:
         return frozenset()
     batch = leaves[data[0]].shape[0]
@@ -138,9 +140,7 @@ def batch_mismatch(fn, args, spec: ArgSpec, leaves) -> ShapeError | None:
     """The error to raise when data arguments disagree on their leading (batch) extent."""
     names = argument_names(fn, len(args))
     paths = [p for name, child in zip(names, spec.treedef.children) for p in pytree.leaf_paths(child, name)]
-    differentiated = set(spec.wrt)
-    data = [(paths[k], x.shape[0]) for k, x in enumerate(leaves)
-            if k not in differentiated and isinstance(x, np.ndarray) and x.ndim]
+    data = [(paths[k], leaves[k].shape[0]) for k in data_arrays(leaves, spec.wrt)]
     other = next(((p, n) for p, n in data if n != data[0][1]), None)
     if other is None:
         return None
@@ -262,7 +262,6 @@ class CompiledLoss:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         functools.update_wrapper(self, fn)
         self.fn, self.argnums, self.backend, self.cache = fn, argnums, backend, cache
-        self.static_shapes = static_shapes
         self._single = not isinstance(argnums, (tuple, list))
         self._steps: dict = {}     # a call's leaf signatures -> its step
         self._shapes = StepsByShape(static_shapes)
@@ -329,7 +328,7 @@ class CompiledLoss:
             self._misses += count
             status.start()
             step = self._shapes.build(self.fn, args, spec, leaves, batched,
-                                      lambda batched: self._compile(args, spec, batched, timings, status))
+                                      lambda batched: self._compile(args, leaves, spec, batched, timings, status))
         except BaseException:
             status.finish(failed=True)
             raise
@@ -339,8 +338,7 @@ class CompiledLoss:
             status.finish()
         return step
 
-    def _compile(self, args, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
-        leaves = pytree.flatten(tuple(args))[0]
+    def _compile(self, args, leaves, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
         with timings.stage("trace"):
             forward = trace_loss(self.fn, args, spec, batched)
         program = joint_program(forward, spec.wrt, timings)
