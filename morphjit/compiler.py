@@ -35,13 +35,18 @@ class ArgSpec:
         return self.treedef.children[argnum]
 
 
+def argument_paths(fn, treedef) -> list[str]:
+    """Readable paths of the leaves of ``fn``'s argument tuple: ``params['W1']``, ``x``."""
+    names = argument_names(fn, len(treedef.children))
+    return [p for name, child in zip(names, treedef.children) for p in pytree.leaf_paths(child, name)]
+
+
 def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     argnums_t = normalize_argnums(argnums, len(args))
     leaves, treedef = pytree.flatten(tuple(args))
-    names = argument_names(fn, len(args))
-    paths, ranges, start = [], [], 0
-    for i, child in enumerate(treedef.children):
-        paths += pytree.leaf_paths(child, names[i])
+    paths = argument_paths(fn, treedef)
+    ranges, start = [], 0
+    for child in treedef.children:
         ranges.append(range(start, start + child.num_leaves))
         start += child.num_leaves
     wrt = tuple(j for i in argnums_t for j in ranges[i])
@@ -136,10 +141,9 @@ def shape_key(treedef, leaves, batched) -> tuple:
                           for k, x in enumerate(leaves))
 
 
-def batch_mismatch(fn, args, spec: ArgSpec, leaves) -> ShapeError | None:
+def batch_mismatch(fn, spec: ArgSpec, leaves) -> ShapeError | None:
     """The error to raise when data arguments disagree on their leading (batch) extent."""
-    names = argument_names(fn, len(args))
-    paths = [p for name, child in zip(names, spec.treedef.children) for p in pytree.leaf_paths(child, name)]
+    paths = argument_paths(fn, spec.treedef)
     data = [(paths[k], leaves[k].shape[0]) for k in data_arrays(leaves, spec.wrt)]
     other = next(((p, n) for p, n in data if n != data[0][1]), None)
     if other is None:
@@ -164,7 +168,7 @@ class StepsByShape:
         step = self.steps.get(shape_key(spec.treedef, leaves, batched))
         return None if step is SPECIALISED else step
 
-    def build(self, fn, args, spec: ArgSpec, leaves, batched, compile):
+    def build(self, fn, spec: ArgSpec, leaves, batched, compile):
         """``compile(batched)``: polymorphic where the program allows, else specialised."""
         key = shape_key(spec.treedef, leaves, batched)
         if batched and self.steps.get(key) is not SPECIALISED:
@@ -176,7 +180,7 @@ class StepsByShape:
         try:
             return compile(frozenset())
         except MorphjitError as error:
-            mismatch = batch_mismatch(fn, args, spec, leaves)
+            mismatch = batch_mismatch(fn, spec, leaves)
             if mismatch is None:
                 raise
             raise mismatch from error
@@ -327,7 +331,7 @@ class CompiledLoss:
                 return step
             self._misses += count
             status.start()
-            step = self._shapes.build(self.fn, args, spec, leaves, batched,
+            step = self._shapes.build(self.fn, spec, leaves, batched,
                                       lambda batched: self._compile(args, leaves, spec, batched, timings, status))
         except BaseException:
             status.finish(failed=True)

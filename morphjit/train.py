@@ -16,14 +16,14 @@ import numpy as np
 from . import array_api as A
 from . import interp, pytree
 from . import cache as disk_cache
-from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, compile_plan, joint_program,
-                       leaf_signature, name_hint, native_step, trace_loss)
+from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, compile_plan,
+                       joint_program, leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
 from .plan import write_in_place
 from .runtime import fast_update
-from .trace import Trace, Tracer, argument_names
+from .trace import Trace, Tracer
 
 STEP = "step"   # the state entry counting the updates done
 
@@ -137,12 +137,12 @@ class TrainStep:
         """The compiled update for these arguments' signature (checked here, once per signature)."""
         args = (params,) + tuple(data)
         spec, leaves = arg_spec(self.fn, args, 0)
-        paths, data_paths = self._check_signature(args, spec, leaves, slot_trees)
+        paths, data_paths = self._check_signature(spec, leaves, slot_trees)
         batched = self._shapes.batched(spec, leaves)
         run = self._shapes.find(spec, leaves, batched)
         if run is None:
             self._misses += 1
-            run = self._shapes.build(self.fn, args, spec, leaves, batched,
+            run = self._shapes.build(self.fn, spec, leaves, batched,
                                      lambda batched: self._compile(args, spec, batched))
             run.paths, run.data_paths = paths, data_paths
             if run.native is not None:
@@ -157,15 +157,13 @@ class TrainStep:
         return fast_update(treedef, [leaf_signature(x) for x in leaves], run.native, batched, written,
                            n_params, lambda w, d: self._check_aliasing(w, d, run))
 
-    def _check_signature(self, args, spec, leaves, slot_trees) -> tuple[list[str], list[str]]:
+    def _check_signature(self, spec, leaves, slot_trees) -> tuple[list[str], list[str]]:
         """Check parameters and optimiser slots; the paths of the arrays updated in place and of
         the data leaves."""
         n_params = spec.arg_treedef(0).num_leaves
         param_tree = spec.arg_treedef(0)
-        names = argument_names(self.fn, len(args))
-        paths = pytree.leaf_paths(param_tree, names[0])
-        data_paths = [p for name, child in zip(names[1:], spec.treedef.children[1:])
-                      for p in pytree.leaf_paths(child, name)]
+        every = argument_paths(self.fn, spec.treedef)
+        paths, data_paths = every[:n_params], every[n_params:]
         for path, x in zip(paths, leaves[:n_params]):
             check_updatable(path, x)
         for name, tree in zip(self.optimizer.slots, slot_trees):
