@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import builtins
 import math
+import sys
 
 import numpy as np
 
 from .errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
 from .ir import Lit, Sym, dtype_name, is_float
+from . import ops, trace
 from .ops import OPS, broadcast_shapes, keepdims_shape, slice_shape
 from .trace import SUPPORTED_DTYPES, Tracer
 
@@ -606,3 +608,7 @@ def apply_function(func, args, kwargs):
         prefix = "np" + module[len("numpy"):] if module.startswith("numpy") else module
         raise UnsupportedError(f"{prefix}.{func.__name__} is not supported by morphjit", user_location())
     return FUNCTIONS[func](*args, **kwargs)
+
+
+ops.use_array_functions(sys.modules[__name__])
+trace.use_array_functions(sys.modules[__name__])

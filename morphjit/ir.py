@@ -15,6 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import SourceLoc
+
 DTYPE_NAMES = {
     np.dtype(np.float32): "f32",
     np.dtype(np.float64): "f64",
@@ -298,20 +300,6 @@ Operand = Var | Lit
 
 
 @dataclass(frozen=True, eq=False)
-class SourceLoc:
-    """Where in the user's code a binding was traced."""
-
-    filename: str
-    lineno: int
-    function: str
-    code: str = ""
-
-    def __str__(self) -> str:
-        text = f"{self.filename}:{self.lineno} in {self.function}"
-        return f"{text}: {self.code}" if self.code else text
-
-
-@dataclass(frozen=True, eq=False)
 class Binding:
     out: Var
     op: str
@@ -514,10 +502,13 @@ class VerifyError(AssertionError):
     pass
 
 
+# op name -> its type rule ``infer(input types, **params) -> TensorType``; the op table (which is
+# built on this module) registers each op's rule here as it defines the op.
+TYPE_RULES: dict = {}
+
+
 def verify(program: Program) -> None:
     """Check that every value is defined once before use and every binding is well typed."""
-    from .ops import OPS  # the op table types each binding
-
     defined: set[int] = set()
 
     def define(v: Var, what: str):
@@ -536,9 +527,9 @@ def verify(program: Program) -> None:
         for x in b.inputs:
             if isinstance(x, Var) and id(x) not in defined:
                 raise VerifyError(f"{format_binding(b, names)}: operand used before definition")
-        if b.op not in OPS:
+        if b.op not in TYPE_RULES:
             raise VerifyError(f"unknown op {b.op!r}")
-        expected = OPS[b.op].infer([x.type for x in b.inputs], **b.kwargs)
+        expected = TYPE_RULES[b.op]([x.type for x in b.inputs], **b.kwargs)
         names.name(b.out)
         if expected != b.out.type:
             raise VerifyError(f"{format_binding(b, names)}: op gives {expected}")

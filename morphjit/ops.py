@@ -20,7 +20,7 @@ import numpy as np
 import scipy.special
 
 from .errors import DtypeError, ShapeError
-from .ir import DTYPES_BY_NAME, Sym, TensorType, is_float
+from .ir import DTYPES_BY_NAME, TYPE_RULES, Sym, TensorType, is_float
 
 ELEMENTWISE = "elementwise"   # scalar function applied over broadcast operands
 REDUCE = "reduce"             # accumulates over `axes` (output drops them)
@@ -57,7 +57,19 @@ OPS: dict[str, Op] = {}
 def defop(name: str, kind: str, infer, impl, vjp=None, **extra) -> Op:
     op = Op(name, kind, infer, impl, vjp, **extra)
     OPS[name] = op
+    TYPE_RULES[name] = infer
     return op
+
+
+A = None  # the traced array functions the VJP and lowering rules are written with
+
+
+def use_array_functions(namespace) -> None:
+    """Called by ``morphjit.array_api`` as it loads: the rules are written with the functions a
+    user writes, and the array layer is built on this table, so it installs itself here rather
+    than this table importing it."""
+    global A
+    A = namespace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,5 +514,3 @@ defop("log_softmax", COMPOSITE, _row_rule("log_softmax", keep=True),
       lambda x, axes: x - _logsumexp(x, axes, keepdims=True), _log_softmax_vjp,
       lower=lambda x, axes: x - _logsumexp_keepdims(x, axes))
 defop("softmax_cross_entropy", COMPOSITE, _sce_rule, _sce_impl, _sce_vjp, lower=_sce_lower)
-
-from . import array_api as A  # noqa: E402  (the VJP rules are written with the public functions)
