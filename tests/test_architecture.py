@@ -73,3 +73,34 @@ def test_each_module_imports_on_its_own_in_a_fresh_interpreter():
     failed = {m: run.communicate()[1] for m, run in runs.items()}
     failed = {m: err for m, err in failed.items() if runs[m].returncode != 0}
     assert not failed, "\n".join(f"{m}:\n{err}" for m, err in failed.items())
+
+
+def loop_ir_kinds() -> set[str]:
+    from morphjit import loopir
+    return {name for name, c in vars(loopir).items() if isinstance(c, type) and c.__module__ == loopir.__name__}
+
+
+def kinds_tested(function: ast.AST, kinds: set[str]) -> set[str]:
+    """The loop-IR classes that ``isinstance`` calls in ``function`` test for."""
+    tested = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            tested |= {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name) and n.id in kinds}
+    return tested
+
+
+def test_consumers_of_the_loop_ir_dispatch_through_tables():
+    """Outside the loop-IR module, no function tells loop-IR kinds apart with ``isinstance`` (a
+    chain of tests over two or more kinds): a consumer keeps a table from node class to handler,
+    so a new kind is added in one module plus one handler per table."""
+    kinds = loop_ir_kinds()
+    offences = [f"{m}.{node.name} tests for {', '.join(sorted(tested))}"
+                for m in MODULES if m != "morphjit.loopir"
+                for node in ast.walk(source_of(m)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                if len(tested := kinds_tested(node, kinds)) > 1]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_isinstance_chain_check_sees_a_chain():
+    chain = ast.parse("def f(e):\n    if isinstance(e, Load): pass\n    elif isinstance(e, (Apply, OneHot)): pass\n")
+    assert kinds_tested(chain.body[0], loop_ir_kinds()) == {"Load", "Apply", "OneHot"}

@@ -153,3 +153,32 @@ def test_two_layer_mlp_has_one_loop_per_layer_and_direction():
 def test_make_plan_wants_a_lowered_program():
     with pytest.raises(ValueError, match="softmax must be lowered"):
         make_plan(mj.trace(lambda x: mj.sum(mj.softmax(x)), np.ones((2, 3))))
+
+
+def test_loop_ir_expressions_walk_and_rebuild_one_way():
+    from morphjit.indexing import IndexMap
+    from morphjit.ir import TensorType, Var
+    from morphjit.loopir import Acc, Apply, Const, Load, OneHot, loads, replace_loads, walk
+
+    x, labels = Var(TensorType((3,), np.float64)), Var(TensorType((3,), np.int64))
+    at = IndexMap.identity(1)
+    hot = OneHot(Load(labels, at), IndexMap((0,), ((1,),)), np.dtype(np.float64))
+    expr = Apply("add", (Apply("exp", (Load(x, at),), (), np.dtype(np.float64)), hot), (), np.dtype(np.float64))
+    assert [type(e).__name__ for e in walk(expr)] == ["Apply", "Apply", "Load", "OneHot", "Load"]
+    assert [e.var for e in loads(expr)] == [x, labels]
+    replaced = replace_loads(expr, x, Acc())
+    assert [e.var for e in loads(replaced)] == [labels] and Acc() in list(walk(replaced))
+    assert replace_loads(expr, Var(TensorType((3,), np.float64)), Const(0.0, np.float64)) == expr
+
+
+def test_the_rewrites_are_a_named_list_and_dump_like_the_passes(monkeypatch, capsys):
+    from morphjit.selection import REWRITES
+
+    assert [name for name, _ in REWRITES] == ["fold_finishes", "merge_nests", "inline_private_stores", "fuse_rows"]
+    fn, args = MODELS["mlp2"](np.float64)
+    joint = mj.grad_program(fn, *args)
+    monkeypatch.setenv("MORPHJIT_DUMP", "merge_nests")
+    compile_plan(joint)
+    err = capsys.readouterr().err
+    assert "before merge_nests\n" in err and "after merge_nests\n" in err and "fuse_rows" not in err
+    assert err.count("gemm v") >= 2 and "nest over" in err
