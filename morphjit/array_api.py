@@ -6,6 +6,10 @@ indexing) and then binds primitives of the op table. On traced values they recor
 concrete arrays they compute eagerly with the same reference implementations, so ``mj.relu(a)``
 also works outside a traced function. Plain NumPy calls on tracers arrive here through
 ``apply_ufunc`` and ``apply_function``.
+
+One module by design: it is the NumPy surface (``mj.<name>``, the ufunc and function tables that
+plain NumPy calls on tracers dispatch through). When it loads, it installs itself as the functions
+the tracer's operators and the op table's VJP and lowering rules call (``use_array_functions``).
 """
 from __future__ import annotations
 

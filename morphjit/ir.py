@@ -4,6 +4,9 @@ A program is a list of bindings ``out = op inputs params`` in topological order.
 binding are values (``Var``) or scalar literals (``Lit``). Printing renumbers values in order of
 definition, so two structurally equal programs print identically, and ``parse`` reads the text
 back, which lets tests state programs as text.
+
+One module by design: types, symbolic extents, values, bindings, the text form and its parser,
+and the verifier are one vocabulary that every stage speaks; splitting it would only add imports.
 """
 from __future__ import annotations
 

@@ -16,9 +16,9 @@ import sys
 from typing import Callable
 
 from .fusion import Fusion, blas_transpose_source
-from .indexing import IndexMap, broadcast_map, is_unit_reshape, slice_map, transpose_map, unit_reshape_map
+from .indexing import IndexMap, broadcast_map
 from .ir import Lit, Namer, Program, Var
-from .loopir import (Accumulate, Alias, Apply, Const, Gemm, Load, Nest, OneHot, RowNest, Store,
+from .loopir import (Accumulate, Alias, Apply, Const, Gemm, Load, Nest, RowNest, Store,
                      describe_instructions, loads, loop, replace_loads, same_row)
 from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, VIEW
 
@@ -40,15 +40,11 @@ class Selector:
 
     def binding_expr(self, b, imap: IndexMap):
         op = OPS[b.op]
-        if b.op == "fill":
-            return Const(b.kwargs["value"], b.out.dtype)
-        if b.op == "one_hot":
-            n = len(imap.offsets)
-            rows = IndexMap(imap.offsets[:n - 1], imap.coeffs[:n - 1])
-            klass = IndexMap(imap.offsets[n - 1:], imap.coeffs[n - 1:])
-            return OneHot(self.expr(b.inputs[0], rows), klass, b.out.dtype)
+        if op.body is not None:
+            return op.body(self.expr, b, imap)
         if op.kind == VIEW:
-            return self.expr(b.inputs[0], imap.then(view_map(b)))
+            x = b.inputs[0]
+            return self.expr(x, imap.then(op.index_map(x.shape, b.out.shape, **b.kwargs)))
         args = tuple(self.expr(x, imap.then(broadcast_map(x.shape, b.out.shape)) if isinstance(x, Var) else imap)
                      for x in b.inputs)
         return Apply(b.op, args, b.params, b.out.dtype)
@@ -62,7 +58,8 @@ class Selector:
         return rewrite(result, self.fusion.outputs, self.fusion.program.name)
 
     def select(self, b) -> list:
-        kind, out = OPS[b.op].kind, b.out
+        op, out = OPS[b.op], b.out
+        kind = op.kind
         if kind == MATMUL:
             return [self.gemm(b)]
         if kind == REDUCE:
@@ -71,10 +68,8 @@ class Selector:
             return [Nest(x.shape, accumulations=(Accumulate(out, b.op, b.kwargs["axes"], body),))]
         if self.fusion.is_alias(out):
             return [Alias(out, b.inputs[0])]
-        if b.op == "concatenate":
-            return self.concatenate(b)
-        if b.op == "unslice":
-            return self.unslice(b)
+        if op.nests is not None:
+            return op.nests(self.expr, b)
         assert kind in (ELEMENTWISE, VIEW, SOURCE), b.op
         return [loop(out, self.binding_expr(b, IndexMap.identity(out.ndim)))]
 
@@ -85,33 +80,6 @@ class Selector:
             operands.append((x, False) if source is None else (source, True))
         (a, ta), (bb, tb) = operands
         return Gemm(b.out, a, bb, ta, tb)
-
-    def concatenate(self, b) -> list:
-        axis, start, parts = b.kwargs["axis"], 0, []
-        for x in b.inputs:
-            offsets = tuple(start if k == axis else 0 for k in range(x.ndim))
-            out_map = IndexMap(offsets, IndexMap.identity(x.ndim).coeffs)
-            parts.append(Nest(x.shape, (Store(b.out, out_map, self.expr(x, IndexMap.identity(x.ndim))),)))
-            start += x.shape[axis]
-        return parts
-
-    def unslice(self, b) -> list:
-        g, kw = b.inputs[0], b.kwargs
-        scatter = Store(b.out, slice_map(kw["starts"], kw["steps"]), self.expr(g, IndexMap.identity(g.ndim)))
-        return [loop(b.out, Const(0, b.out.dtype)), Nest(g.shape, (scatter,))]
-
-
-def view_map(b) -> IndexMap:
-    """The index map by which a view binding reads its operand."""
-    x, kw = b.inputs[0], b.kwargs
-    if b.op == "transpose":
-        return transpose_map(kw["perm"])
-    if b.op == "broadcast_to":
-        return broadcast_map(x.shape, b.out.shape)
-    if b.op == "slice":
-        return slice_map(kw["starts"], kw["steps"])
-    assert b.op == "reshape" and is_unit_reshape(x.shape, b.out.shape), b.op
-    return unit_reshape_map(x.shape, b.out.shape)
 
 
 # ---------------------------------------------------------------------------------------------

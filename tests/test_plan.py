@@ -182,3 +182,33 @@ def test_the_rewrites_are_a_named_list_and_dump_like_the_passes(monkeypatch, cap
     err = capsys.readouterr().err
     assert "before merge_nests\n" in err and "after merge_nests\n" in err and "fuse_rows" not in err
     assert err.count("gemm v") >= 2 and "nest over" in err
+
+
+def test_every_op_record_says_how_the_loop_backends_select_it():
+    from morphjit.ops import ELEMENTWISE, OPS, STRUCTURAL, VIEW
+
+    for name, op in OPS.items():
+        if op.kind == VIEW:
+            assert op.index_map is not None, f"view {name} has no index map"
+        if op.kind == STRUCTURAL:
+            assert op.nests is not None, f"structural op {name} has no nests rule"
+        if op.kind == ELEMENTWISE:
+            assert op.scalar is not None or op.body is not None, f"{name} has no scalar template or body"
+            assert op.cost >= 1
+    assert OPS["exp"].cost > OPS["add"].cost
+
+
+def test_a_view_reads_through_the_index_map_of_its_op_record(monkeypatch):
+    from dataclasses import replace
+
+    from morphjit.indexing import transpose_map
+    from morphjit.ops import OPS
+
+    def f(a):
+        return mj.sum(mj.exp(a.T))
+
+    a = np.ones((3, 3))
+    assert "exp(v0[i1, i0])" in str(make_plan(mj.trace(f, a)))
+    # selection learns the map from the record alone: another map there shows in the plan
+    monkeypatch.setitem(OPS, "transpose", replace(OPS["transpose"], index_map=lambda x, out, perm: transpose_map((0, 1))))
+    assert "exp(v0[i0, i1])" in str(make_plan(mj.trace(f, a)))
