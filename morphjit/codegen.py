@@ -74,7 +74,8 @@ def loop_invariants(ins: Nest) -> list:
     found: dict = {}
 
     def invariant(e) -> bool:
-        return INVARIANT.get(type(e), never)(e, outs, invariant)
+        rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
+        return rule is not None and rule(e, outs, invariant)
 
     def visit(e) -> None:
         if invariant(e):
@@ -89,11 +90,7 @@ def loop_invariants(ins: Nest) -> list:
     return list(found)
 
 
-def never(e, outs, invariant) -> bool:
-    return False
-
-
-# Which expressions are the same on every iteration of a nest writing ``outs``; other kinds never.
+# Which expressions are the same on every iteration of a nest writing ``outs``.
 INVARIANT = {
     Const: lambda e, outs, invariant: True,
     Load: lambda e, outs, invariant: id(e.var) not in outs and not any(any(row) for row in e.imap.coeffs),
