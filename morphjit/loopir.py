@@ -66,7 +66,7 @@ class Apply:
 @dataclass(frozen=True)
 class OneHot:
     """``labels == class index`` where the class index is an affine function of the loop."""
-    labels: object
+    labels: Expr
     klass: IndexMap   # one row: loop indices -> class index
     dtype: np.dtype
 
@@ -128,7 +128,7 @@ class Store:
     """out[out_map(i)] = expr(i)."""
     out: Var
     out_map: IndexMap
-    expr: object
+    expr: Expr
 
 
 @dataclass(frozen=True)
@@ -137,8 +137,8 @@ class Accumulate:
     out: Var
     op: str
     axes: tuple[int, ...]
-    expr: object
-    finish: object = Acc()
+    expr: Expr
+    finish: Expr = Acc()
 
 
 @dataclass(frozen=True, eq=False)
@@ -271,7 +271,7 @@ def batched_input(inputs) -> Var | None:
 # The text form (as the code is rendered: the same index and constant spelling)
 
 
-def describe_instructions(instructions, names: Namer, target, in_place=frozenset()) -> list[str]:
+def describe_instructions(instructions: list[Instruction], names: Namer, target, in_place=frozenset()) -> list[str]:
     """One or more lines per instruction; ``target(v)`` spells a value an instruction writes."""
     lines = []
     for ins in instructions:

@@ -13,7 +13,7 @@ import numpy as np
 
 from .indexing import IndexMap
 from .ir import Namer, Program, Var
-from .loopir import Alias, LabelCheck, Load, describe_instructions, loop
+from .loopir import Alias, Instruction, LabelCheck, Load, describe_instructions, loop
 from .memory import Slot, assign_slots, write_in_place  # noqa: F401  (train.py takes it from here)
 from .ops import COMPOSITE, OPS, VIEW
 from .selection import Selector
@@ -25,7 +25,7 @@ class Plan:
     inputs: tuple[Var, ...]
     consts: tuple[tuple[Var, np.ndarray], ...]
     outputs: tuple[Var, ...]
-    instructions: list
+    instructions: list[Instruction]
     slots: list[Slot] = field(default_factory=list)
     slot_of: dict[int, int] = field(default_factory=dict)    # id(buffer var) -> slot
     in_place: set[int] = field(default_factory=set)          # ids of instructions writing in place
