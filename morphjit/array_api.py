@@ -6,16 +6,22 @@ indexing) and then binds primitives of the op table. On traced values they recor
 concrete arrays they compute eagerly with the same reference implementations, so ``mj.relu(a)``
 also works outside a traced function. Plain NumPy calls on tracers arrive here through
 ``apply_ufunc`` and ``apply_function``.
+
+One module by design: it is the NumPy surface (``mj.<name>``, the ufunc and function tables that
+plain NumPy calls on tracers dispatch through). When it loads, it installs itself as the functions
+the tracer's operators and the op table's VJP and lowering rules call (``use_array_functions``).
 """
 from __future__ import annotations
 
 import builtins
 import math
+import sys
 
 import numpy as np
 
 from .errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
 from .ir import Lit, Sym, dtype_name, is_float
+from . import ops, trace
 from .ops import OPS, broadcast_shapes, keepdims_shape, slice_shape
 from .trace import SUPPORTED_DTYPES, Tracer
 
@@ -606,3 +612,7 @@ def apply_function(func, args, kwargs):
         prefix = "np" + module[len("numpy"):] if module.startswith("numpy") else module
         raise UnsupportedError(f"{prefix}.{func.__name__} is not supported by morphjit", user_location())
     return FUNCTIONS[func](*args, **kwargs)
+
+
+ops.use_array_functions(sys.modules[__name__])
+trace.use_array_functions(sys.modules[__name__])

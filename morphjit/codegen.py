@@ -8,14 +8,18 @@ shape () are passed as one-element vectors.
 """
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
-from .ir import BATCH, Constants, Namer, Sym, Var, literal
+from .ir import BATCH, Constants, Namer, Var, literal
+from .loopir import (Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest,
+                     batched_input, internal_shape)
 from .ops import OPS
-from .plan import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, Plan, RowNest
+from .plan import Plan
+from .source import Source
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add.
@@ -23,33 +27,10 @@ FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
 
 
-def internal_shape(shape) -> tuple[int, ...]:
-    return tuple(shape) or (1,)
-
-
-def batched_input(inputs) -> Var | None:
-    """The first input whose leading extent is the batch size, which the step reads it from."""
-    return next((v for v in inputs if v.shape and isinstance(v.shape[0], Sym)), None)
-
-
-class Emitter:
-    """An indented source buffer."""
-
-    def __init__(self):
-        self.lines: list[str] = []
-        self.depth = 0
-
-    def line(self, text: str) -> None:
-        self.lines.append("    " * self.depth + text)
-
-    def text(self) -> str:
-        return "\n".join(self.lines) + "\n"
-
-
 class Body:
     """Renders a loop-body expression DAG as local assignments, each subexpression once."""
 
-    def __init__(self, out: Emitter, names: Namer, loop_vars: list[str]):
+    def __init__(self, out: Source, names: Namer, loop_vars: list[str]):
         self.out, self.names, self.loop_vars = out, names, loop_vars
         self.memo: dict = {}
 
@@ -64,15 +45,24 @@ class Body:
         return name
 
     def code(self, e) -> str:
-        if isinstance(e, Load):
-            return element(self.names.name(e.var), e.imap, self.loop_vars)
-        if isinstance(e, OneHot):
-            (klass,) = e.klass.render(self.loop_vars)
-            test = f"{self.value(e.labels)} == {klass}"
-            return f"({test})" if e.dtype == np.bool_ else \
-                f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
+        return CODE[type(e)](self, e)
+
+    def load(self, e: Load) -> str:
+        return element(self.names.name(e.var), e.imap, self.loop_vars)
+
+    def one_hot(self, e: OneHot) -> str:
+        (klass,) = e.klass.render(self.loop_vars)
+        test = f"{self.value(e.labels)} == {klass}"
+        return f"({test})" if e.dtype == np.bool_ else \
+            f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
+
+    def apply(self, e: Apply) -> str:
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
+
+
+# How the body renders each kind of expression that is not a constant or an accumulator.
+CODE = {Load: Body.load, OneHot: Body.one_hot, Apply: Body.apply}
 
 
 def loop_invariants(ins: Nest) -> list:
@@ -84,18 +74,15 @@ def loop_invariants(ins: Nest) -> list:
     found: dict = {}
 
     def invariant(e) -> bool:
-        if isinstance(e, Const):
-            return True
-        if isinstance(e, Load):
-            return id(e.var) not in outs and not any(any(row) for row in e.imap.coeffs)
-        return isinstance(e, Apply) and all([invariant(a) for a in e.args])
+        rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
+        return rule is not None and rule(e, outs, invariant)
 
     def visit(e) -> None:
         if invariant(e):
             if not isinstance(e, Const):
                 found[e] = None
-        elif isinstance(e, (Apply, OneHot)):
-            for a in (e.args if isinstance(e, Apply) else (e.labels,)):
+        else:
+            for a in e.children():
                 visit(a)
 
     for e in [s.expr for s in ins.stores] + [a.expr for a in ins.accumulations]:
@@ -103,10 +90,22 @@ def loop_invariants(ins: Nest) -> list:
     return list(found)
 
 
-def open_loops(out: Emitter, domain, names: list[str]) -> None:
-    for name, extent in zip(names, domain):
-        out.line(f"for {name} in range({extent}):")
-        out.depth += 1
+# Which expressions are the same on every iteration of a nest writing ``outs``.
+INVARIANT = {
+    Const: lambda e, outs, invariant: True,
+    Load: lambda e, outs, invariant: id(e.var) not in outs and not any(any(row) for row in e.imap.coeffs),
+    Apply: lambda e, outs, invariant: all([invariant(a) for a in e.args]),
+}
+
+
+@contextlib.contextmanager
+def loops(out: Source, domain, names: list[str]):
+    """Nested ``for`` loops over ``domain``; what is written inside the scope is their body."""
+    with contextlib.ExitStack() as scopes:
+        for name, extent in zip(names, domain):
+            out.line(f"for {name} in range({extent}):")
+            scopes.enter_context(out.indent())
+        yield
 
 
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
@@ -116,16 +115,19 @@ DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) +
 class Writer:
     """Renders instructions as statements into ``out``, naming arrays with ``names``."""
 
-    def __init__(self, out: Emitter, names: Namer):
+    def __init__(self, out: Source, names: Namer):
         self.out, self.names = out, names
+
+    def write(self, ins) -> None:
+        WRITE[type(ins)](self, ins)
 
     def labelcheck(self, ins: LabelCheck) -> None:
         idx = loop_vars(ins.labels.ndim)
-        open_loops(self.out, ins.labels.shape, idx)
-        self.out.line(f"label = {element(self.names.name(ins.labels), IndexMap.identity(len(idx)), idx)}")
-        self.out.line(f"if label < 0 or label >= {ins.depth}:")
-        self.out.line(f"    raise ValueError({ins.message!r})")
-        self.out.depth -= len(idx)
+        with loops(self.out, ins.labels.shape, idx):
+            self.out.line(f"label = {element(self.names.name(ins.labels), IndexMap.identity(len(idx)), idx)}")
+            self.out.line(f"if label < 0 or label >= {ins.depth}:")
+            with self.out.indent():
+                self.out.line(f"raise ValueError({ins.message!r})")
 
     def alias(self, ins: Alias) -> None:
         shape = internal_shape(ins.out.shape)
@@ -135,10 +137,9 @@ class Writer:
         batch = ins.out.shape[:-2]
         idx = loop_vars(len(batch))
         operands = [self.operand(v, t, batch, idx) for v, t in ((ins.a, ins.a_transposed), (ins.b, ins.b_transposed))]
-        open_loops(self.out, batch, idx)
         target = self.names.name(ins.out) + (f"[{', '.join(idx)}]" if idx else "")
-        self.out.line(f"np.dot({operands[0]}, {operands[1]}, {target})")
-        self.out.depth -= len(batch)
+        with loops(self.out, batch, idx):
+            self.out.line(f"np.dot({operands[0]}, {operands[1]}, {target})")
 
     def operand(self, v: Var, transposed: bool, batch, idx) -> str:
         name = self.names.name(v)
@@ -167,30 +168,33 @@ class Writer:
         body = Body(out, self.names, idx)
         for e in loop_invariants(ins):
             body.value(e)
-        open_loops(out, [ins.domain[k] for k in outer], [idx[k] for k in outer])
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
-        if in_registers:
-            for acc, a in zip(accumulators, accs):
-                out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
-            open_loops(out, [ins.domain[k] for k in axes], [idx[k] for k in axes])
-        values = []
-        for s in ins.stores:
-            values.append(body.value(s.expr))
-            body.memo[Load(s.out, IndexMap.identity(n))] = values[-1]
-        terms = [body.value(a.expr) for a in accs]
-        for s, v in zip(ins.stores, values):
-            out.line(f"{element(self.names.name(s.out), s.out_map, idx)} = {v}")
-        for acc, a, x in zip(accumulators, accs, terms):
-            out.line(f"{acc} = {OPS[a.op].combine(acc, x)}")
-        if in_registers:
-            out.depth -= len(axes)
-            for acc, a, target in zip(accumulators, accs, targets):
-                out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")
-        out.depth -= len(outer)
+        with loops(out, [ins.domain[k] for k in outer], [idx[k] for k in outer]):
+            if not in_registers:
+                self.iteration(ins, body, idx, accumulators)
+            else:
+                for acc, a in zip(accumulators, accs):
+                    out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
+                with loops(out, [ins.domain[k] for k in axes], [idx[k] for k in axes]):
+                    self.iteration(ins, body, idx, accumulators)
+                for acc, a, target in zip(accumulators, accs, targets):
+                    out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")
         if not in_registers:
             for a in accs:
                 if a.finish != Acc():
                     self.finish_loop(a)
+
+    def iteration(self, ins: Nest, body: Body, idx: list[str], accumulators: list[str]) -> None:
+        """The innermost body of a nest: every value, then the stores, then the accumulations."""
+        values = []
+        for s in ins.stores:
+            values.append(body.value(s.expr))
+            body.memo[Load(s.out, IndexMap.identity(len(ins.domain)))] = values[-1]
+        terms = [body.value(a.expr) for a in ins.accumulations]
+        for s, v in zip(ins.stores, values):
+            self.out.line(f"{element(self.names.name(s.out), s.out_map, idx)} = {v}")
+        for acc, a, x in zip(accumulators, ins.accumulations, terms):
+            self.out.line(f"{acc} = {OPS[a.op].combine(acc, x)}")
 
     def rownest(self, ins: RowNest) -> None:
         """Shared outer loops; inside, each part's inner loops in order. A part over the rows
@@ -201,35 +205,31 @@ class Writer:
         names = {id(a): f"racc{k}" for k, a in enumerate(across)}
         for a in across:
             out.line(f"{names[id(a)]} = {literal(OPS[a.op].init, a.out.dtype)}")
-        open_loops(out, ins.prefix, idx)
-        for part in ins.parts:
-            if any(id(a) in names for a in part.accumulations):
-                inner = loop_vars(len(part.domain) - p, start=p)
-                open_loops(out, part.domain[p:], inner)
-                body = Body(out, self.names, idx + inner)
-                for a in part.accumulations:
-                    x = body.value(a.expr)
-                    out.line(f"{names[id(a)]} = {OPS[a.op].combine(names[id(a)], x)}")
-                out.depth -= len(inner)
-            else:
-                self.nest(part, bound=p)
-        out.depth -= p
+        with loops(out, ins.prefix, idx):
+            for part in ins.parts:
+                if any(id(a) in names for a in part.accumulations):
+                    inner = loop_vars(len(part.domain) - p, start=p)
+                    with loops(out, part.domain[p:], inner):
+                        body = Body(out, self.names, idx + inner)
+                        for a in part.accumulations:
+                            x = body.value(a.expr)
+                            out.line(f"{names[id(a)]} = {OPS[a.op].combine(names[id(a)], x)}")
+                else:
+                    self.nest(part, bound=p)
         for a in across:
             out.line(f"{element(self.names.name(a.out), IndexMap.identity(0), [])} = "
                      f"{self.finished(a, names[id(a)], [])}")
 
     def fill_loop(self, v: Var, value: str) -> None:
         idx = loop_vars(len(v.shape))
-        open_loops(self.out, v.shape, idx)
-        self.out.line(f"{element(self.names.name(v), IndexMap.identity(len(idx)), idx)} = {value}")
-        self.out.depth -= len(idx)
+        with loops(self.out, v.shape, idx):
+            self.out.line(f"{element(self.names.name(v), IndexMap.identity(len(idx)), idx)} = {value}")
 
     def finish_loop(self, a) -> None:
         idx = loop_vars(len(a.out.shape))
         target = element(self.names.name(a.out), IndexMap.identity(len(idx)), idx)
-        open_loops(self.out, a.out.shape, idx)
-        self.out.line(f"{target} = {self.finished(a, target, idx)}")
-        self.out.depth -= len(idx)
+        with loops(self.out, a.out.shape, idx):
+            self.out.line(f"{target} = {self.finished(a, target, idx)}")
 
     def finished(self, a, acc: str, idx: list[str]) -> str:
         """The finish expression of a reduction applied to its accumulator ``acc``."""
@@ -238,12 +238,16 @@ class Writer:
         return body.value(a.finish)
 
 
+WRITE = {LabelCheck: Writer.labelcheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
+         RowNest: Writer.rownest}
+
+
 class StepWriter(Writer):
     """Renders a plan as a module: the step function, and a helper function for each loop nest
     that occurs more than once (numba's compile time grows faster than the size of a body)."""
 
     def __init__(self, plan: Plan):
-        super().__init__(Emitter(), Namer())
+        super().__init__(Source(), Namer())
         self.plan = plan
         self.batched = batched_input(plan.inputs)    # the step reads the batch size from it
         # the run-time extents a helper's loops may need, passed along
@@ -274,16 +278,16 @@ class StepWriter(Writer):
         out.line("")
         out.line(DECORATOR)
         out.line(f"def {ENTRY}({', '.join(arg_names)}):")
-        out.depth += 1
-        if self.batched is not None:
-            out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
-        for ins in self.plan.instructions:
-            if id(ins) in calls:
-                helper, params = calls[id(ins)]
-                out.line(f"{helper}({', '.join([self.names.name(v) for v in params] + self.extents)})")
-            else:
-                getattr(self, type(ins).__name__.lower())(ins)
-        out.line("return 0")
+        with out.indent():
+            if self.batched is not None:
+                out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
+            for ins in self.plan.instructions:
+                if id(ins) in calls:
+                    helper, params = calls[id(ins)]
+                    out.line(f"{helper}({', '.join([self.names.name(v) for v in params] + self.extents)})")
+                else:
+                    self.write(ins)
+            out.line("return 0")
         return out.text()
 
     def alias_outputs(self, names: Namer) -> None:
@@ -295,11 +299,10 @@ class StepWriter(Writer):
         """Emit one function per loop nest text that occurs twice or more; the calls to make."""
         texts = {}
         for ins in self.plan.instructions:
-            if isinstance(ins, (Nest, RowNest)):
-                writer = Writer(Emitter(), Namer("a"))
+            if ins.nests():
+                writer = Writer(Source(), Namer("a"))
                 self.alias_outputs(writer.names)
-                writer.out.depth = 1
-                getattr(writer, type(ins).__name__.lower())(ins)
+                writer.write(ins)
                 texts[id(ins)] = (writer.out.text(), writer.names.order)
         repeated = Counter(text for text, _ in texts.values())
         names: dict[str, str] = {}
@@ -314,7 +317,8 @@ class StepWriter(Writer):
                 self.out.line(DECORATOR)
                 arguments = [f"a{k}" for k in range(len(params))] + self.extents
                 self.out.line(f"def {names[text]}({', '.join(arguments)}):")
-                self.out.lines.append(text.rstrip("\n"))
+                with self.out.indent():
+                    self.out.block(text)
             calls[key] = (names[text], params)
         return calls
 

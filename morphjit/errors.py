@@ -1,17 +1,31 @@
-"""Errors that point at the user's code, not at morphjit's internals."""
+"""Errors that point at the user's code, not at morphjit's internals, and the source locations
+they point at. A leaf module: every other module may import it."""
 from __future__ import annotations
 
 import linecache
 import os
 import sys
-
-from .ir import SourceLoc
+from dataclasses import dataclass
 
 import numpy as np
 
 # Frames in these directories are not the user's code (NumPy dispatches to our tracers).
 _SKIPPED_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
                       for m in (sys.modules[__package__], np))
+
+
+@dataclass(frozen=True, eq=False)
+class SourceLoc:
+    """Where in the user's code a binding was traced."""
+
+    filename: str
+    lineno: int
+    function: str
+    code: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.filename}:{self.lineno} in {self.function}"
+        return f"{text}: {self.code}" if self.code else text
 
 
 class MorphjitError(Exception):
@@ -45,7 +59,7 @@ class UnsupportedError(MorphjitError, NotImplementedError):
 def user_location() -> SourceLoc | None:
     """The innermost stack frame outside the morphjit package."""
     frame = sys._getframe(1)
-    while frame is not None and _inside_package(frame.f_code.co_filename):
+    while frame is not None and inside_package(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:
         return None
@@ -54,7 +68,7 @@ def user_location() -> SourceLoc | None:
     return SourceLoc(filename, lineno, frame.f_code.co_name, code)
 
 
-def _inside_package(filename: str) -> bool:
+def inside_package(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_SKIPPED_DIRS)
 
 

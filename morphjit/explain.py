@@ -17,7 +17,8 @@ from . import feedback
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
-from .plan import Alias, Gemm, LabelCheck, Nest, Plan, RowNest
+from .loopir import Alias, Gemm, LabelCheck, Nest, RowNest
+from .plan import Plan
 from .runtime import NativeStep
 
 STAGE_LABELS = {
@@ -230,7 +231,7 @@ def fusion_groups(plan: Plan) -> list[FusionGroup]:
                 inlined(x, into, seen)
         into.append(b)
 
-    groups = [FusionGroup(k, _kind(ins), _domain(ins), list(ins.outs)) for k, ins in enumerate(plan.instructions)]
+    groups = [FusionGroup(k, *GROUP_OF[type(ins)](ins), list(ins.outs)) for k, ins in enumerate(plan.instructions)]
     group_of: dict[int, int] = {}          # id(root value) -> group index
     for g in groups:
         for v in g.outputs:
@@ -278,28 +279,14 @@ def _reading_roots(v: Var, consumers: dict, fusion: Fusion) -> list[Var]:
     return found
 
 
-def _kind(ins) -> str:
-    if isinstance(ins, Gemm):
-        return "gemm"
-    if isinstance(ins, Alias):
-        return "alias"
-    if isinstance(ins, LabelCheck):
-        return "check"
-    if isinstance(ins, RowNest):
-        return "rows"
-    if isinstance(ins, Nest):
-        return "reduce" if ins.accumulations else "loop"
-    return type(ins).__name__.lower()
-
-
-def _domain(ins) -> tuple[int, ...]:
-    if isinstance(ins, RowNest):
-        return ins.prefix
-    if isinstance(ins, Nest):
-        return ins.domain
-    if isinstance(ins, Gemm):
-        return ins.out.shape
-    return ()
+# Each kind of instruction as a fusion group: its label and the domain of its loops.
+GROUP_OF = {
+    Gemm: lambda ins: ("gemm", ins.out.shape),
+    Alias: lambda ins: ("alias", ()),
+    LabelCheck: lambda ins: ("check", ()),
+    RowNest: lambda ins: ("rows", ins.prefix),
+    Nest: lambda ins: ("reduce" if ins.accumulations else "loop", ins.domain),
+}
 
 
 def describe_groups(groups: list[FusionGroup], program: Program) -> str:

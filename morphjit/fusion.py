@@ -7,8 +7,8 @@ inside the reduction loop.
 
 Cost rule for a value computed more than once per element (it has several consumers, or a
 consumer reads it through a broadcast): it is recomputed while its inlined expression is cheap
-(at most ``RECOMPUTE_LIMIT`` arithmetic ops; a transcendental function or a division counts
-``EXPENSIVE``), and materialised once otherwise. Broadcast reads along inner loops are loop
+(at most ``RECOMPUTE_LIMIT`` arithmetic ops; each op's ``cost`` in the op table says what it
+counts: a transcendental function or a division counts ``ops.EXPENSIVE``), and materialised once otherwise. Broadcast reads along inner loops are loop
 invariants that LLVM hoists, so cheap ones cost little.
 """
 from __future__ import annotations
@@ -19,10 +19,7 @@ from .indexing import is_unit_reshape
 from .ir import Binding, Program, Var, magnitude
 from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
 
-EXPENSIVE = 8
 RECOMPUTE_LIMIT = 4
-_OP_COST = {op: EXPENSIVE for op in ("exp", "log", "log1p", "sqrt", "sin", "cos", "tanh", "sigmoid",
-                                     "pow", "div")}
 KERNELS = (MATMUL, REDUCE, STRUCTURAL)
 
 
@@ -112,5 +109,5 @@ class Fusion:
         if self.is_root(v):
             return 0
         b = self.producer[id(v)]
-        own = _OP_COST.get(b.op, 1) if OPS[b.op].kind == ELEMENTWISE else 0
+        own = OPS[b.op].cost if OPS[b.op].kind == ELEMENTWISE else 0
         return own + sum(self.cost(x) for x in b.inputs if isinstance(x, Var))

@@ -6,10 +6,14 @@ correct over being fast: every result is checked against the type the binding de
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
+from .indexing import IndexMap
 from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
+from .loopir import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest
 from .ops import OPS
 
 
@@ -36,8 +40,6 @@ def run(program: Program, *args) -> list[np.ndarray]:
 
 def run_plan(plan, *args) -> list[np.ndarray]:
     """Execute a replay plan's instructions in order, every pooled value in its planned slot."""
-    from .plan import Alias, Gemm, LabelCheck  # the plan stage comes after this executor
-
     memory = {id(v): np.asarray(a, v.dtype) for v, a in zip(plan.inputs, args)}
     batch = batch_size(plan.inputs, [memory[id(v)] for v in plan.inputs])
     pool = [np.zeros(evaluate(slot.size, batch), slot.dtype) for slot in plan.slots]
@@ -50,29 +52,49 @@ def run_plan(plan, *args) -> list[np.ndarray]:
             memory[id(v)] = pool[plan.slot_of[id(v)]][:math.prod(shape)].reshape(shape)
         return memory[id(v)]
 
+    machine = Machine(memory, buffer, batch)
     with np.errstate(all="ignore"):
         for ins in plan.instructions:
-            if isinstance(ins, LabelCheck):
-                labels = buffer(ins.labels)
-                if labels.size and (labels.min() < 0 or labels.max() >= ins.depth):
-                    raise ValueError(ins.message)
-            elif isinstance(ins, Alias):
-                memory[id(ins.out)] = buffer(ins.src).reshape(evaluate(ins.out.shape, batch))
-            elif isinstance(ins, Gemm):
-                a = _swap_last(buffer(ins.a)) if ins.a_transposed else buffer(ins.a)
-                b = _swap_last(buffer(ins.b)) if ins.b_transposed else buffer(ins.b)
-                buffer(ins.out)[...] = np.matmul(a, b)
-            else:  # a row nest's parts read earlier parts row by row: whole parts in order agree
-                for nest in getattr(ins, "parts", (ins,)):
-                    _run_nest(nest, buffer, batch)
+            RUN[type(ins)](machine, ins)
     return [np.array(memory[id(v)], copy=True) for v in plan.outputs]
+
+
+@dataclass
+class Machine:
+    """The state instructions run on: the arrays by value id, and the batch size."""
+    memory: dict
+    buffer: Callable
+    batch: int | None
+
+
+def _check_labels(m: Machine, ins: LabelCheck) -> None:
+    labels = m.buffer(ins.labels)
+    if labels.size and (labels.min() < 0 or labels.max() >= ins.depth):
+        raise ValueError(ins.message)
+
+
+def _alias(m: Machine, ins: Alias) -> None:
+    m.memory[id(ins.out)] = m.buffer(ins.src).reshape(evaluate(ins.out.shape, m.batch))
+
+
+def _gemm(m: Machine, ins: Gemm) -> None:
+    a = _swap_last(m.buffer(ins.a)) if ins.a_transposed else m.buffer(ins.a)
+    b = _swap_last(m.buffer(ins.b)) if ins.b_transposed else m.buffer(ins.b)
+    m.buffer(ins.out)[...] = np.matmul(a, b)
+
+
+def _nests(m: Machine, ins) -> None:
+    """A nest, or a row nest's parts in order: they read earlier parts row by row, so whole parts
+    in order agree."""
+    for nest in ins.nests():
+        _run_nest(nest, m.buffer, m.batch)
+
+
+RUN = {LabelCheck: _check_labels, Alias: _alias, Gemm: _gemm, Nest: _nests, RowNest: _nests}
 
 
 def _run_nest(nest, buffer, batch) -> None:
     """Every value of the nest over the whole domain first, then the stores and the reductions."""
-    from .indexing import IndexMap
-    from .plan import Load
-
     known, domain = {}, evaluate(nest.domain, batch)
     for s in nest.stores:
         known[Load(s.out, IndexMap.identity(len(domain)))] = _evaluate(s.expr, domain, buffer, known, batch)
@@ -98,21 +120,31 @@ def _affine(imap, domain) -> list[np.ndarray]:
 
 def _evaluate(expr, domain, buffer, known, batch, acc=None) -> np.ndarray:
     """A loop body evaluated at every point of the domain at once."""
-    from .plan import Acc, Apply, Const, Load, OneHot
-
     if expr in known:
         return known[expr]
-    if isinstance(expr, Acc):
-        return acc
-    if isinstance(expr, Const):
-        return np.full(domain, evaluate(expr.value, batch), expr.dtype)
-    if isinstance(expr, Load):
-        index = tuple(_affine(expr.imap, domain))
-        return buffer(expr.var)[index] if index else np.full(domain, buffer(expr.var)[()])
-    if isinstance(expr, OneHot):
-        labels = _evaluate(expr.labels, domain, buffer, known, batch)
-        (klass,) = _affine(expr.klass, domain)
-        return (labels == klass).astype(expr.dtype)
-    assert isinstance(expr, Apply)
+    return EVALUATE[type(expr)](expr, domain, buffer, known, batch, acc)
+
+
+def _load(expr: Load, domain, buffer, known, batch, acc) -> np.ndarray:
+    index = tuple(_affine(expr.imap, domain))
+    return buffer(expr.var)[index] if index else np.full(domain, buffer(expr.var)[()])
+
+
+def _one_hot(expr: OneHot, domain, buffer, known, batch, acc) -> np.ndarray:
+    labels = _evaluate(expr.labels, domain, buffer, known, batch)
+    (klass,) = _affine(expr.klass, domain)
+    return (labels == klass).astype(expr.dtype)
+
+
+def _apply(expr: Apply, domain, buffer, known, batch, acc) -> np.ndarray:
     args = [_evaluate(a, domain, buffer, known, batch, acc) for a in expr.args]
     return np.asarray(OPS[expr.op].impl(*args, **dict(expr.params)), expr.dtype)
+
+
+EVALUATE = {
+    Acc: lambda expr, domain, buffer, known, batch, acc: acc,
+    Const: lambda expr, domain, buffer, known, batch, acc: np.full(domain, evaluate(expr.value, batch), expr.dtype),
+    Load: _load,
+    OneHot: _one_hot,
+    Apply: _apply,
+}

@@ -4,6 +4,9 @@ A program is a list of bindings ``out = op inputs params`` in topological order.
 binding are values (``Var``) or scalar literals (``Lit``). Printing renumbers values in order of
 definition, so two structurally equal programs print identically, and ``parse`` reads the text
 back, which lets tests state programs as text.
+
+One module by design: types, symbolic extents, values, bindings, the text form and its parser,
+and the verifier are one vocabulary that every stage speaks; splitting it would only add imports.
 """
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from .errors import SourceLoc
 
 DTYPE_NAMES = {
     np.dtype(np.float32): "f32",
@@ -298,20 +303,6 @@ Operand = Var | Lit
 
 
 @dataclass(frozen=True, eq=False)
-class SourceLoc:
-    """Where in the user's code a binding was traced."""
-
-    filename: str
-    lineno: int
-    function: str
-    code: str = ""
-
-    def __str__(self) -> str:
-        text = f"{self.filename}:{self.lineno} in {self.function}"
-        return f"{text}: {self.code}" if self.code else text
-
-
-@dataclass(frozen=True, eq=False)
 class Binding:
     out: Var
     op: str
@@ -514,10 +505,13 @@ class VerifyError(AssertionError):
     pass
 
 
+# op name -> its type rule ``infer(input types, **params) -> TensorType``; the op table (which is
+# built on this module) registers each op's rule here as it defines the op.
+TYPE_RULES: dict = {}
+
+
 def verify(program: Program) -> None:
     """Check that every value is defined once before use and every binding is well typed."""
-    from .ops import OPS  # the op table types each binding
-
     defined: set[int] = set()
 
     def define(v: Var, what: str):
@@ -536,9 +530,9 @@ def verify(program: Program) -> None:
         for x in b.inputs:
             if isinstance(x, Var) and id(x) not in defined:
                 raise VerifyError(f"{format_binding(b, names)}: operand used before definition")
-        if b.op not in OPS:
+        if b.op not in TYPE_RULES:
             raise VerifyError(f"unknown op {b.op!r}")
-        expected = OPS[b.op].infer([x.type for x in b.inputs], **b.kwargs)
+        expected = TYPE_RULES[b.op]([x.type for x in b.inputs], **b.kwargs)
         names.name(b.out)
         if expected != b.out.type:
             raise VerifyError(f"{format_binding(b, names)}: op gives {expected}")

@@ -8,7 +8,12 @@ not differentiable). A cotangent may have the broadcast output's shape: the VJP 
 the input's shape, so rules never undo broadcasting themselves.
 
 A scalar template ``scalar(K, *operands)`` renders the op on scalar operand expressions; ``K(c)``
-renders the constant ``c`` in the op's dtype (so float32 loops stay float32).
+renders the constant ``c`` in the op's dtype (so float32 loops stay float32). The record also
+holds what fusion and selection need (recompute ``cost``, a view's ``index_map``, the ``body`` or
+``nests`` rule of an op selected specially).
+
+One module by design: the table is one paragraph per op with every rule of the op side by side,
+so adding an op touches this module (and the array function that binds it) only.
 """
 from __future__ import annotations
 
@@ -20,7 +25,10 @@ import numpy as np
 import scipy.special
 
 from .errors import DtypeError, ShapeError
-from .ir import DTYPES_BY_NAME, Sym, TensorType, is_float
+from .indexing import (IndexMap, broadcast_map, is_unit_reshape, slice_map, transpose_map,
+                       unit_reshape_map)
+from .ir import DTYPES_BY_NAME, TYPE_RULES, Sym, TensorType, is_float
+from .loopir import Const, Nest, OneHot, Store, loop
 
 ELEMENTWISE = "elementwise"   # scalar function applied over broadcast operands
 REDUCE = "reduce"             # accumulates over `axes` (output drops them)
@@ -45,6 +53,17 @@ class Op:
     # Composites: the same function in simpler ops (traced values in, traced value out), used
     # by the backends that compile loops; the reference executor runs `impl`.
     lower: Callable | None = None
+    # Element-wise ops: what recomputing one element costs, in arithmetic ops (fusion recomputes
+    # a cheap value in each of its consumers rather than storing it).
+    cost: int = 1
+    # Views: index_map(operand shape, output shape, **params) is the IndexMap by which the output
+    # reads its operand.
+    index_map: Callable[..., IndexMap] | None = None
+    # Ops the loop backends select by a rule of their own: body(expr, b, imap) is the loop-body
+    # expression of binding b at the loop point imap addresses (expr(v, imap) gives an operand's);
+    # nests(expr, b) are the loop nests of a structural op.
+    body: Callable | None = None
+    nests: Callable[..., list] | None = None
 
     @property
     def differentiable(self) -> bool:
@@ -57,7 +76,19 @@ OPS: dict[str, Op] = {}
 def defop(name: str, kind: str, infer, impl, vjp=None, **extra) -> Op:
     op = Op(name, kind, infer, impl, vjp, **extra)
     OPS[name] = op
+    TYPE_RULES[name] = infer
     return op
+
+
+A = None  # the traced array functions the VJP and lowering rules are written with
+
+
+def use_array_functions(namespace) -> None:
+    """Called by ``morphjit.array_api`` as it loads: the rules are written with the functions a
+    user writes, and the array layer is built on this table, so it installs itself here rather
+    than this table importing it."""
+    global A
+    A = namespace
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,6 +118,7 @@ def require_float(op: str, t: TensorType) -> None:
 
 
 FLOAT, NUMERIC, ANY = "f", "fiu", "fiub"   # dtype kinds an element-wise op accepts
+EXPENSIVE = 8   # the recompute cost of a transcendental function or a division
 
 
 def elementwise_rule(name: str, kinds=FLOAT, out_dtype=None):
@@ -117,8 +149,8 @@ def keepdims_shape(shape, axes) -> tuple[int, ...]:
 # ---------------------------------------------------------------------------------------------
 # Element-wise ops
 
-def elementwise(name, impl, scalar, vjp, kinds=FLOAT):
-    return defop(name, ELEMENTWISE, elementwise_rule(name, kinds), impl, vjp, scalar=scalar)
+def elementwise(name, impl, scalar, vjp, kinds=FLOAT, cost=1):
+    return defop(name, ELEMENTWISE, elementwise_rule(name, kinds), impl, vjp, scalar=scalar, cost=cost)
 
 
 def predicate(name, impl, scalar):
@@ -130,21 +162,21 @@ def predicate(name, impl, scalar):
 elementwise("neg", np.negative, lambda K, x: f"(-{x})",
             lambda g, ans, x: (-g,), kinds=NUMERIC)
 elementwise("exp", np.exp, lambda K, x: f"np.exp({x})",
-            lambda g, ans, x: (g * ans,))
+            lambda g, ans, x: (g * ans,), cost=EXPENSIVE)
 elementwise("log", np.log, lambda K, x: f"np.log({x})",
-            lambda g, ans, x: (g / x,))
+            lambda g, ans, x: (g / x,), cost=EXPENSIVE)
 elementwise("log1p", np.log1p, lambda K, x: f"np.log1p({x})",
-            lambda g, ans, x: (g / (x + 1.0),))
+            lambda g, ans, x: (g / (x + 1.0),), cost=EXPENSIVE)
 elementwise("sqrt", np.sqrt, lambda K, x: f"np.sqrt({x})",
-            lambda g, ans, x: (g * 0.5 / ans,))
+            lambda g, ans, x: (g * 0.5 / ans,), cost=EXPENSIVE)
 elementwise("abs", np.abs, lambda K, x: f"abs({x})",
             lambda g, ans, x: (g * A.sign(x),), kinds=NUMERIC)
 elementwise("sign", np.sign, lambda K, x: f"({K(1)} if {x} > {K(0)} else ({K(-1)} if {x} < {K(0)} else {x}))",
             lambda g, ans, x: (None,), kinds=NUMERIC)
 elementwise("sin", np.sin, lambda K, x: f"np.sin({x})",
-            lambda g, ans, x: (g * A.cos(x),))
+            lambda g, ans, x: (g * A.cos(x),), cost=EXPENSIVE)
 elementwise("cos", np.cos, lambda K, x: f"np.cos({x})",
-            lambda g, ans, x: (-g * A.sin(x),))
+            lambda g, ans, x: (-g * A.sin(x),), cost=EXPENSIVE)
 # float32 tanh: x * P(x^2) / Q(x^2) evaluated in float64, +-1 beyond |x| >= 9 (where float32 tanh
 # rounds to 1). Plain arithmetic, so loops over it vectorise, unlike the C library's tanhf; within
 # 0.61 ulp of tanh (NumPy's float32 tanh: 1.36). Derived and checked by `python -m perf.fit_tanh`.
@@ -171,10 +203,10 @@ def _tanh_template(K, x: str) -> str:
 
 
 elementwise("tanh", np.tanh, _tanh_template,
-            lambda g, ans, x: (g * (1.0 - ans * ans),))
+            lambda g, ans, x: (g * (1.0 - ans * ans),), cost=EXPENSIVE)
 elementwise("sigmoid", scipy.special.expit,
       lambda K, x: f"({K(1)} / ({K(1)} + np.exp(-{x})))",
-            lambda g, ans, x: (g * ans * (1.0 - ans),))
+            lambda g, ans, x: (g * ans * (1.0 - ans),), cost=EXPENSIVE)
 elementwise("relu", lambda x: np.where(x < 0, np.zeros_like(x), x),
       lambda K, x: f"({K(0)} if {x} < {K(0)} else {x})",
       # ans > 0 exactly where x > 0; reading ans lets x die inside the forward epilogue.
@@ -193,9 +225,9 @@ elementwise("sub", np.subtract, lambda K, a, b: f"({a} - {b})",
 elementwise("mul", np.multiply, lambda K, a, b: f"({a} * {b})",
             lambda g, ans, a, b: (g * b, g * a), kinds=NUMERIC)
 elementwise("div", np.divide, lambda K, a, b: f"({a} / {b})",
-            lambda g, ans, a, b: (g / b, -g * ans / b))
+            lambda g, ans, a, b: (g / b, -g * ans / b), cost=EXPENSIVE)
 elementwise("pow", np.power, lambda K, a, b: f"({a} ** {b})",
-            lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))))
+            lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))), cost=EXPENSIVE)
 elementwise("maximum", np.maximum, lambda K, a, b: f"({a} if ({a} > {b} or {a} != {a}) else {b})",
             lambda g, ans, a, b: _tie_split(g, a > b, a == b), kinds=NUMERIC)
 elementwise("minimum", np.minimum, lambda K, a, b: f"({a} if ({a} < {b} or {a} != {a}) else {b})",
@@ -315,14 +347,25 @@ def _slice_rule(types, starts, stops, steps):
     return TensorType(slice_shape(starts, stops, steps), x.dtype)
 
 
+def _reshape_map(x_shape, out_shape, shape) -> IndexMap:
+    """Only a reshape that inserts or removes unit axes reads through an index map; others are
+    aliases of their operand's buffer (see fusion)."""
+    assert is_unit_reshape(x_shape, out_shape), "reshape: not an index map"
+    return unit_reshape_map(x_shape, out_shape)
+
+
 defop("reshape", VIEW, _reshape_rule, lambda x, shape: np.reshape(x, shape),
-            lambda g, ans, x, shape: (A.reshape(g, x.shape),))
+            lambda g, ans, x, shape: (A.reshape(g, x.shape),),
+      index_map=_reshape_map)
 defop("transpose", VIEW, _transpose_rule, lambda x, perm: np.transpose(x, perm),
-            lambda g, ans, x, perm: (A.transpose(g, tuple(np.argsort(perm))),))
+            lambda g, ans, x, perm: (A.transpose(g, tuple(np.argsort(perm))),),
+      index_map=lambda x_shape, out_shape, perm: transpose_map(perm))
 defop("broadcast_to", VIEW, _broadcast_to_rule, lambda x, shape: np.broadcast_to(x, shape),
-            lambda g, ans, x, shape: (g,))
+            lambda g, ans, x, shape: (g,),
+      index_map=lambda x_shape, out_shape, shape: broadcast_map(x_shape, out_shape))
 defop("slice", VIEW, _slice_rule, lambda x, starts, stops, steps: x[slice_index(starts, stops, steps)],
-            lambda g, ans, x, starts, stops, steps: (A.unslice(g, x.shape, starts, stops, steps),))
+            lambda g, ans, x, starts, stops, steps: (A.unslice(g, x.shape, starts, stops, steps),),
+      index_map=lambda x_shape, out_shape, starts, stops, steps: slice_map(starts, steps))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -365,10 +408,29 @@ def _unslice_impl(g, shape, starts, stops, steps):
     return out
 
 
+def _concatenate_nests(expr, b) -> list:
+    """One nest per operand, storing it at its offset along the axis."""
+    axis, start, parts = b.kwargs["axis"], 0, []
+    for x in b.inputs:
+        offsets = tuple(start if k == axis else 0 for k in range(x.ndim))
+        out_map = IndexMap(offsets, IndexMap.identity(x.ndim).coeffs)
+        parts.append(Nest(x.shape, (Store(b.out, out_map, expr(x, IndexMap.identity(x.ndim))),)))
+        start += x.shape[axis]
+    return parts
+
+
+def _unslice_nests(expr, b) -> list:
+    """Zeros, then the slice scattered into them."""
+    g, kw = b.inputs[0], b.kwargs
+    scatter = Store(b.out, slice_map(kw["starts"], kw["steps"]), expr(g, IndexMap.identity(g.ndim)))
+    return [loop(b.out, Const(0, b.out.dtype)), Nest(g.shape, (scatter,))]
+
+
 defop("concatenate", STRUCTURAL, _concatenate_rule, lambda *xs, axis: np.concatenate(xs, axis),
-      _concatenate_vjp)
+      _concatenate_vjp, nests=_concatenate_nests)
 defop("unslice", STRUCTURAL, _unslice_rule, _unslice_impl,
-            lambda g, ans, x, shape, starts, stops, steps: (A.slice_array(g, starts, stops, steps),))
+            lambda g, ans, x, shape, starts, stops, steps: (A.slice_array(g, starts, stops, steps),),
+      nests=_unslice_nests)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -405,9 +467,19 @@ def _one_hot_rule(types, depth, dtype):
     return TensorType(labels.shape + (depth,), DTYPES_BY_NAME[dtype])
 
 
-defop("fill", SOURCE, _fill_rule, lambda shape, dtype, value: np.full(shape, value, DTYPES_BY_NAME[dtype]))
+def _one_hot_body(expr, b, imap: IndexMap) -> OneHot:
+    """The labels read at the leading loop indices, compared with the last one."""
+    n = len(imap.offsets)
+    rows = IndexMap(imap.offsets[:n - 1], imap.coeffs[:n - 1])
+    klass = IndexMap(imap.offsets[n - 1:], imap.coeffs[n - 1:])
+    return OneHot(expr(b.inputs[0], rows), klass, b.out.dtype)
+
+
+defop("fill", SOURCE, _fill_rule, lambda shape, dtype, value: np.full(shape, value, DTYPES_BY_NAME[dtype]),
+      body=lambda expr, b, imap: Const(b.kwargs["value"], b.out.dtype))
 defop("one_hot", ELEMENTWISE, _one_hot_rule,
-      lambda labels, depth, dtype: (labels[..., None] == np.arange(depth)).astype(DTYPES_BY_NAME[dtype]))
+      lambda labels, depth, dtype: (labels[..., None] == np.arange(depth)).astype(DTYPES_BY_NAME[dtype]),
+      body=_one_hot_body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -502,5 +574,3 @@ defop("log_softmax", COMPOSITE, _row_rule("log_softmax", keep=True),
       lambda x, axes: x - _logsumexp(x, axes, keepdims=True), _log_softmax_vjp,
       lower=lambda x, axes: x - _logsumexp_keepdims(x, axes))
 defop("softmax_cross_entropy", COMPOSITE, _sce_rule, _sce_impl, _sce_vjp, lower=_sce_lower)
-
-from . import array_api as A  # noqa: E402  (the VJP rules are written with the public functions)

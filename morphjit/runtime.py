@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from .codegen import batched_input, internal_shape
+from .loopir import batched_input, internal_shape
 from .ir import evaluate, is_symbolic
 from .plan import Plan
 

@@ -261,4 +261,11 @@ def output_var(t: Trace, x) -> Var:
     return t.operand(x if isinstance(x, Tracer) else np.asarray(x), lift_literals=True)
 
 
-from . import array_api as A  # noqa: E402
+A = None  # the array functions behind the tracer's operators and methods
+
+
+def use_array_functions(namespace) -> None:
+    """Called by ``morphjit.array_api`` as it loads: a tracer's operators are its functions, and
+    the array layer is built on the tracer, so it installs itself here rather than being imported."""
+    global A
+    A = namespace

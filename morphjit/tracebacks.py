@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import types
 
-from .errors import MorphjitError, _inside_package
+from .errors import MorphjitError, inside_package
 
 
 def full_tracebacks() -> bool:
@@ -31,7 +31,7 @@ def trimmed(error: BaseException) -> BaseException:
         return error
     kept = []
     while tb is not None:
-        if not _inside_package(tb.tb_frame.f_code.co_filename):
+        if not inside_package(tb.tb_frame.f_code.co_filename):
             kept.append(tb)
         tb = tb.tb_next
     new = None
@@ -46,7 +46,7 @@ def _is_users(error: BaseException, tb: types.TracebackType) -> bool:
     while tb.tb_next is not None:
         tb = tb.tb_next
     filename = tb.tb_frame.f_code.co_filename
-    return not (_inside_package(filename) or _inside_numba(filename))
+    return not (inside_package(filename) or _inside_numba(filename))
 
 
 def _inside_numba(filename: str) -> bool:

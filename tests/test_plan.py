@@ -153,3 +153,62 @@ def test_two_layer_mlp_has_one_loop_per_layer_and_direction():
 def test_make_plan_wants_a_lowered_program():
     with pytest.raises(ValueError, match="softmax must be lowered"):
         make_plan(mj.trace(lambda x: mj.sum(mj.softmax(x)), np.ones((2, 3))))
+
+
+def test_loop_ir_expressions_walk_and_rebuild_one_way():
+    from morphjit.indexing import IndexMap
+    from morphjit.ir import TensorType, Var
+    from morphjit.loopir import Acc, Apply, Const, Load, OneHot, loads, replace_loads, walk
+
+    x, labels = Var(TensorType((3,), np.float64)), Var(TensorType((3,), np.int64))
+    at = IndexMap.identity(1)
+    hot = OneHot(Load(labels, at), IndexMap((0,), ((1,),)), np.dtype(np.float64))
+    expr = Apply("add", (Apply("exp", (Load(x, at),), (), np.dtype(np.float64)), hot), (), np.dtype(np.float64))
+    assert [type(e).__name__ for e in walk(expr)] == ["Apply", "Apply", "Load", "OneHot", "Load"]
+    assert [e.var for e in loads(expr)] == [x, labels]
+    replaced = replace_loads(expr, x, Acc())
+    assert [e.var for e in loads(replaced)] == [labels] and Acc() in list(walk(replaced))
+    assert replace_loads(expr, Var(TensorType((3,), np.float64)), Const(0.0, np.float64)) == expr
+
+
+def test_the_rewrites_are_a_named_list_and_dump_like_the_passes(monkeypatch, capsys):
+    from morphjit.selection import REWRITES
+
+    assert [name for name, _ in REWRITES] == ["fold_finishes", "merge_nests", "inline_private_stores", "fuse_rows"]
+    fn, args = MODELS["mlp2"](np.float64)
+    joint = mj.grad_program(fn, *args)
+    monkeypatch.setenv("MORPHJIT_DUMP", "merge_nests")
+    compile_plan(joint)
+    err = capsys.readouterr().err
+    assert "before merge_nests\n" in err and "after merge_nests\n" in err and "fuse_rows" not in err
+    assert err.count("gemm v") >= 2 and "nest over" in err
+
+
+def test_every_op_record_says_how_the_loop_backends_select_it():
+    from morphjit.ops import ELEMENTWISE, OPS, STRUCTURAL, VIEW
+
+    for name, op in OPS.items():
+        if op.kind == VIEW:
+            assert op.index_map is not None, f"view {name} has no index map"
+        if op.kind == STRUCTURAL:
+            assert op.nests is not None, f"structural op {name} has no nests rule"
+        if op.kind == ELEMENTWISE:
+            assert op.scalar is not None or op.body is not None, f"{name} has no scalar template or body"
+            assert op.cost >= 1
+    assert OPS["exp"].cost > OPS["add"].cost
+
+
+def test_a_view_reads_through_the_index_map_of_its_op_record(monkeypatch):
+    from dataclasses import replace
+
+    from morphjit.indexing import transpose_map
+    from morphjit.ops import OPS
+
+    def f(a):
+        return mj.sum(mj.exp(a.T))
+
+    a = np.ones((3, 3))
+    assert "exp(v0[i1, i0])" in str(make_plan(mj.trace(f, a)))
+    # selection learns the map from the record alone: another map there shows in the plan
+    monkeypatch.setitem(OPS, "transpose", replace(OPS["transpose"], index_map=lambda x, out, perm: transpose_map((0, 1))))
+    assert "exp(v0[i0, i1])" in str(make_plan(mj.trace(f, a)))

@@ -1,0 +1,344 @@
+"""The loop IR of a replay plan: scalar expressions of loop bodies and the instructions over buffers.
+
+Expressions (``Load``, ``Const``, ``Apply``, ``OneHot``, ``Acc``) form a DAG; ``children`` and
+``rebuild`` are the one way to walk and rebuild them, so ``walk``, ``loads`` and ``replace_loads``
+need not know the node kinds. Instructions (``Gemm``, ``Nest``, ``RowNest``, ``Alias``,
+``LabelCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
+they run (``nests()``); ``kind`` names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
+each dispatch on the node class through one table, so a new kind is a class here plus one handler
+per table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Union
+
+import numpy as np
+
+from .indexing import IndexMap, element, loop_vars
+from .ir import Namer, Sym, Var, literal
+
+# ---------------------------------------------------------------------------------------------
+# Loop-body expressions
+
+
+class Leaf:
+    """An expression without subexpressions."""
+
+    def children(self) -> tuple:
+        return ()
+
+    def rebuild(self, children: tuple):
+        return self
+
+
+@dataclass(frozen=True)
+class Load(Leaf):
+    var: Var
+    imap: IndexMap
+
+
+@dataclass(frozen=True)
+class Const(Leaf):
+    value: float | int | bool
+    dtype: np.dtype
+
+
+@dataclass(frozen=True)
+class Acc(Leaf):
+    """The accumulator of a reduction, in the expression that finishes it."""
+
+
+@dataclass(frozen=True)
+class Apply:
+    op: str
+    args: tuple
+    params: tuple
+    dtype: np.dtype
+
+    def children(self) -> tuple:
+        return self.args
+
+    def rebuild(self, children: tuple) -> Apply:
+        return Apply(self.op, tuple(children), self.params, self.dtype)
+
+
+@dataclass(frozen=True)
+class OneHot:
+    """``labels == class index`` where the class index is an affine function of the loop."""
+    labels: Expr
+    klass: IndexMap   # one row: loop indices -> class index
+    dtype: np.dtype
+
+    def children(self) -> tuple:
+        return (self.labels,)
+
+    def rebuild(self, children: tuple) -> OneHot:
+        return OneHot(children[0], self.klass, self.dtype)
+
+
+Expr = Union[Load, Const, Acc, Apply, OneHot]
+
+
+def walk(expr) -> Iterator:
+    """Every node of ``expr``, parents before children (a shared node once per path to it)."""
+    yield expr
+    for child in expr.children():
+        yield from walk(child)
+
+
+def loads(expr) -> list[Load]:
+    return [e for e in walk(expr) if isinstance(e, Load)]
+
+
+def replace_loads(expr, var, by):
+    """``expr`` with every load of ``var`` replaced by ``by``."""
+    if isinstance(expr, Load):
+        return by if expr.var is var else expr
+    return expr.rebuild(tuple(replace_loads(c, var, by) for c in expr.children()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Instructions
+
+
+@dataclass(frozen=True, eq=False)
+class Gemm:
+    """out[batch] = op(a[batch]) @ op(b[batch]); op is a transpose where the flag says so."""
+    out: Var
+    a: Var
+    b: Var
+    a_transposed: bool
+    b_transposed: bool
+    kind = "gemm"
+
+    @property
+    def outs(self) -> list[Var]:
+        return [self.out]
+
+    def reads(self):
+        return [self.a, self.b]
+
+    def nests(self) -> tuple:
+        return ()
+
+
+@dataclass(frozen=True)
+class Store:
+    """out[out_map(i)] = expr(i)."""
+    out: Var
+    out_map: IndexMap
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class Accumulate:
+    """out[kept(i)] = finish(combine over the reduced axes of expr(i))."""
+    out: Var
+    op: str
+    axes: tuple[int, ...]
+    expr: Expr
+    finish: Expr = Acc()
+
+
+@dataclass(frozen=True, eq=False)
+class Nest:
+    """One loop nest over ``domain`` computing several stores and reductions per element."""
+    domain: tuple[int, ...]
+    stores: tuple[Store, ...] = ()
+    accumulations: tuple[Accumulate, ...] = ()
+
+    @property
+    def outs(self) -> list[Var]:
+        return [s.out for s in self.stores] + [a.out for a in self.accumulations]
+
+    def loads(self) -> list[Load]:
+        """Every array read of the nest's bodies and finishes."""
+        exprs = [s.expr for s in self.stores] + [e for a in self.accumulations for e in (a.expr, a.finish)]
+        return [x for e in exprs for x in loads(e)]
+
+    def reads(self):
+        mine = {id(v) for v in self.outs}
+        return [x.var for x in self.loads() if id(x.var) not in mine]
+
+    def nests(self) -> tuple[Nest, ...]:
+        return (self,)
+
+    @property
+    def kind(self) -> str:
+        return "reduce" if self.accumulations else "loop"
+
+
+@dataclass(frozen=True, eq=False)
+class RowNest:
+    """Nests sharing their outer loops: for each index of ``prefix``, the parts run in order.
+
+    A part reads what an earlier part computed for the same outer index only, so a row-wise
+    chain (softmax: maximum, then exponentials and their sum, then the loss) is one pass over
+    the rows while each row is in cache. A part whose domain is the prefix itself may reduce
+    over all of it (the loss summed over the rows).
+    """
+    prefix: tuple[int, ...]
+    parts: tuple[Nest, ...]
+
+    @property
+    def outs(self) -> list[Var]:
+        return [v for part in self.parts for v in part.outs]
+
+    def reads(self):
+        mine = {id(v) for v in self.outs}
+        return [v for part in self.parts for v in part.reads() if id(v) not in mine]
+
+    def nests(self) -> tuple[Nest, ...]:
+        return self.parts
+
+    @property
+    def kind(self) -> str:
+        return "reduce" if any(part.accumulations for part in self.parts) else "loop"
+
+
+@dataclass(frozen=True, eq=False)
+class LabelCheck:
+    """Raise if a class label read by a one-hot is outside ``[0, depth)``: compiled code compares
+    labels rather than indexing with them, so a bad label would otherwise pass unnoticed."""
+    labels: Var
+    depth: int
+    kind = "check"
+
+    outs = property(lambda self: [])
+
+    def reads(self):
+        return [self.labels]
+
+    def nests(self) -> tuple:
+        return ()
+
+    @property
+    def message(self) -> str:
+        return f"class labels must lie in [0, {self.depth})"
+
+
+@dataclass(frozen=True, eq=False)
+class Alias:
+    """out is src reshaped: a view of src's buffer, no code beyond the reshape."""
+    out: Var
+    src: Var
+    kind = "alias"
+
+    @property
+    def outs(self) -> list[Var]:
+        return [self.out]
+
+    def reads(self):
+        return [self.src]
+
+    def nests(self) -> tuple:
+        return ()
+
+
+Instruction = Union[Gemm, Nest, RowNest, LabelCheck, Alias]
+
+
+def loop(out: Var, expr) -> Nest:
+    """A nest computing ``out`` element by element."""
+    return Nest(out.shape, (Store(out, IndexMap.identity(out.ndim), expr),))
+
+
+def same_row(imap: IndexMap, p: int) -> bool:
+    """The first ``p`` axes are read at the outer loop indices, and no other axis depends on them."""
+    if len(imap.offsets) < p:
+        return False
+    outer = all(imap.offsets[k] == 0 and tuple(imap.coeffs[k]) == tuple(int(j == k) for j in range(imap.loop_ndim))
+                for k in range(p))
+    return outer and all(not any(row[:p]) for row in imap.coeffs[p:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Buffers as the generated code and the runtime lay them out
+
+
+def internal_shape(shape) -> tuple[int, ...]:
+    """The shape of a value's buffer: arrays of shape () are one-element vectors."""
+    return tuple(shape) or (1,)
+
+
+def batched_input(inputs) -> Var | None:
+    """The first input whose leading extent is the batch size, which the step reads it from."""
+    return next((v for v in inputs if v.shape and isinstance(v.shape[0], Sym)), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The text form (as the code is rendered: the same index and constant spelling)
+
+
+def describe_instructions(instructions: list[Instruction], names: Namer, target, in_place=frozenset()) -> list[str]:
+    """One or more lines per instruction; ``target(v)`` spells a value an instruction writes."""
+    lines = []
+    for ins in instructions:
+        flag = " in-place" if id(ins) in in_place else ""
+        lines += DESCRIBE[type(ins)](ins, names, target, flag)
+    return lines
+
+
+def _describe_gemm(ins: Gemm, names, target, flag) -> list[str]:
+    a = names.use(ins.a) + (".T" if ins.a_transposed else "")
+    b = names.use(ins.b) + (".T" if ins.b_transposed else "")
+    return [f"  gemm {target(ins.out)} = {a} @ {b}"]
+
+
+def _describe_alias(ins: Alias, names, target, flag) -> list[str]:
+    return [f"  alias {target(ins.out)} = reshape {names.use(ins.src)}"]
+
+
+def _describe_label_check(ins: LabelCheck, names, target, flag) -> list[str]:
+    return [f"  check 0 <= {names.use(ins.labels)} < {ins.depth}"]
+
+
+def _describe_rows(ins: RowNest, names, target, flag) -> list[str]:
+    lines = [f"  rows over {list(ins.prefix)}{flag}"]
+    for part in ins.parts:
+        lines.append(f"    nest over {list(part.domain)}")
+        lines += ["  " + line for line in describe_nest(part, names, target)]
+    return lines
+
+
+def _describe_nest(ins: Nest, names, target, flag) -> list[str]:
+    return [f"  nest over {list(ins.domain)}{flag}"] + describe_nest(ins, names, target)
+
+
+DESCRIBE = {Gemm: _describe_gemm, Alias: _describe_alias, LabelCheck: _describe_label_check,
+            RowNest: _describe_rows, Nest: _describe_nest}
+
+
+def describe_nest(ins: Nest, names: Namer, target) -> list[str]:
+    idx = loop_vars(len(ins.domain))
+    lines = []
+    for s in ins.stores:
+        where = "" if s.out_map.is_identity() else f"[{', '.join(s.out_map.render(idx))}] "
+        lines.append(f"    {target(s.out)} {where}= {describe_expr(s.expr, names, idx)}")
+    kept = [k for k in range(len(ins.domain)) if not ins.accumulations or k not in ins.accumulations[0].axes]
+    for a in ins.accumulations:
+        over = ",".join(idx[k] for k in a.axes)
+        total = f"{a.op}[{over}] {describe_expr(a.expr, names, idx)}"
+        finish = describe_expr(a.finish, names, [idx[k] for k in kept]).replace("acc", f"({total})") \
+            if a.finish != Acc() else total
+        lines.append(f"    {target(a.out)} = {finish}")
+    return lines
+
+
+def describe_expr(e, names: Namer, idx) -> str:
+    return DESCRIBE_EXPR[type(e)](e, names, idx)
+
+
+def _describe_apply(e: Apply, names, idx) -> str:
+    params = "".join(f" {k}={v}" for k, v in e.params)
+    return f"{e.op}({', '.join(describe_expr(a, names, idx) for a in e.args)}{params})"
+
+
+DESCRIBE_EXPR = {
+    Acc: lambda e, names, idx: "acc",
+    Const: lambda e, names, idx: literal(e.value, e.dtype).replace("np.", ""),
+    Load: lambda e, names, idx: element(names.use(e.var), e.imap, idx),
+    OneHot: lambda e, names, idx: f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})",
+    Apply: _describe_apply,
+}

@@ -1,0 +1,106 @@
+"""The module structure: imports flow one way, modules keep their private names to themselves.
+
+Read from the source with ``ast`` (imports inside functions count), plus a fresh interpreter per
+module to check that each one imports on its own.
+"""
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "morphjit"
+MODULES = sorted(f"morphjit.{p.stem}" for p in PACKAGE.glob("*.py") if p.stem != "__init__")
+
+
+def source_of(module: str) -> ast.Module:
+    path = PACKAGE / f"{module.split('.')[-1]}.py"
+    return ast.parse(path.read_text(), str(path))
+
+
+def imported(module: str) -> list[tuple[str, list[str]]]:
+    """``(morphjit module, names taken from it)`` for each import of a sibling module."""
+    found = []
+    for node in ast.walk(source_of(module)):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module is None:  # from . import a, b
+                found += [(f"morphjit.{a.name}", []) for a in node.names]
+            else:
+                found.append((f"morphjit.{node.module}", [a.name for a in node.names]))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [(n, []) for n in names if n.startswith("morphjit.")]
+    return [(m, names) for m, names in found if m in MODULES]
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {m: {dep for dep, _ in imported(m)} - {m} for m in MODULES}
+
+
+def cycle_from(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """A path of imports from ``start`` back to itself, if there is one."""
+    stack, seen = [(start, [start])], set()
+    while stack:
+        node, path = stack.pop()
+        for dep in sorted(graph[node]):
+            if dep == start:
+                return path + [start]
+            if dep not in seen:
+                seen.add(dep)
+                stack.append((dep, path + [dep]))
+    return None
+
+
+def test_the_imports_have_no_cycle():
+    graph = import_graph()
+    cycles = [" -> ".join(c) for m in MODULES if (c := cycle_from(graph, m))]
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycle_from({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a") == ["a", "b", "c", "a"]
+    assert cycle_from({"a": {"b"}, "b": set()}, "a") is None
+
+
+def test_no_module_imports_another_modules_private_names():
+    offences = [f"{m} imports {name} from {dep}" for m in MODULES for dep, names in imported(m)
+                for name in names if name.startswith("_")]
+    assert not offences, "\n".join(offences)
+
+
+def test_each_module_imports_on_its_own_in_a_fresh_interpreter():
+    runs = {m: subprocess.Popen([sys.executable, "-c", f"import {m}"], stderr=subprocess.PIPE, text=True)
+            for m in MODULES}
+    failed = {m: run.communicate()[1] for m, run in runs.items()}
+    failed = {m: err for m, err in failed.items() if runs[m].returncode != 0}
+    assert not failed, "\n".join(f"{m}:\n{err}" for m, err in failed.items())
+
+
+def loop_ir_kinds() -> set[str]:
+    from morphjit import loopir
+    return {name for name, c in vars(loopir).items() if isinstance(c, type) and c.__module__ == loopir.__name__}
+
+
+def kinds_tested(function: ast.AST, kinds: set[str]) -> set[str]:
+    """The loop-IR classes that ``isinstance`` calls in ``function`` test for."""
+    tested = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            tested |= {n.id for n in ast.walk(node.args[1]) if isinstance(n, ast.Name) and n.id in kinds}
+    return tested
+
+
+def test_consumers_of_the_loop_ir_dispatch_through_tables():
+    """Outside the loop-IR module, no function tells loop-IR kinds apart with ``isinstance`` (a
+    chain of tests over two or more kinds): a consumer keeps a table from node class to handler,
+    so a new kind is added in one module plus one handler per table."""
+    kinds = loop_ir_kinds()
+    offences = [f"{m}.{node.name} tests for {', '.join(sorted(tested))}"
+                for m in MODULES if m != "morphjit.loopir"
+                for node in ast.walk(source_of(m)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                if len(tested := kinds_tested(node, kinds)) > 1]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_isinstance_chain_check_sees_a_chain():
+    chain = ast.parse("def f(e):\n    if isinstance(e, Load): pass\n    elif isinstance(e, (Apply, OneHot)): pass\n")
+    assert kinds_tested(chain.body[0], loop_ir_kinds()) == {"Load", "Apply", "OneHot"}
