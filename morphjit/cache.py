@@ -153,10 +153,17 @@ def cache_dir() -> Path:
 def cache_max_size() -> int:
     """The bound on the cache's bytes, from ``MORPHJIT_CACHE_MAX_SIZE`` (default 1G)."""
     text = os.environ.get("MORPHJIT_CACHE_MAX_SIZE", "").strip() or _DEFAULT_MAX_SIZE
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", text, re.IGNORECASE)
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise ValueError(f"MORPHJIT_CACHE_MAX_SIZE: {exc}") from None
+
+
+def parse_size(text: str) -> int:
+    """Bytes in `text`: a number with an optional K, M, G or T suffix (powers of 1024)."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?", text.strip(), re.IGNORECASE)
     if not match:
-        raise ValueError(f"MORPHJIT_CACHE_MAX_SIZE must be a size such as 500M, 2G or 1048576 "
-                         f"(bytes), got {text!r}")
+        raise ValueError(f"expected a size such as 500M, 2G or 1048576 (bytes), got {text!r}")
     return int(float(match[1]) * _SIZE_UNITS[match[2].upper()])
 
 
