@@ -66,6 +66,7 @@ _ENTRY_NAME = re.compile(r"(mj_[A-Za-z0-9_]{1,40}_[0-9a-f]{16})\.")
 _TEMP_PREFIX = ".tmp-"
 _KEY_FILE = "key"
 _KEY_BYTES = 32
+_MAC_BYTES = 32  # HMAC-SHA256
 _FORMAT = 2  # of the files; part of every entry's name
 _OFF_VALUES = {"0", "false", "no", "off"}
 _DEFAULT_MAX_SIZE = "1G"
@@ -186,7 +187,8 @@ def clear_cache() -> int:
         lock = _entry_lock(directory, name)
         with lock:
             _remove_entry(directory, name, lock.path)
-    _remove_files(directory.glob(_TEMP_PREFIX + "*"))
+    _remove_files([*directory.glob(_TEMP_PREFIX + "*"),
+                   *directory.glob(f"__pycache__/{_TEMP_PREFIX}*")])
     return len(names)
 
 
@@ -262,7 +264,7 @@ class _Store:
             return None
         except (_NotPrivate, OSError) as exc:
             raise _Damaged(path, str(exc)) from exc
-        tag, payload = data[:hashlib.sha256().digest_size], data[hashlib.sha256().digest_size:]
+        tag, payload = data[:_MAC_BYTES], data[_MAC_BYTES:]
         if not hmac.compare_digest(tag, self.mac(path, payload)):
             raise _Damaged(path, "its authentication code does not match its bytes")
         return payload
@@ -277,7 +279,6 @@ def _open_store(directory: Path, max_bytes: int) -> _Store:
     owner = directory.stat().st_uid
     if owner == os.geteuid() and os.access(directory, os.W_OK):
         _require_private(directory, follow_symlinks=True)
-        _make_private_dir(directory / "__pycache__")
         return _Store(directory, _read_or_make_key(directory), owner, True, max_bytes)
     key_path = directory / _KEY_FILE
     key = _read_regular_file(key_path, owner)

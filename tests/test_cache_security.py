@@ -210,19 +210,20 @@ def test_a_flipped_bit_in_any_file_is_a_warned_rebuild(tmp_path, program):
 # ---------------------------------------------------------------- foreign entries, read-only caches
 
 
-@pytest.mark.parametrize("intruder", ["directory", "foreign file"])
+@pytest.mark.parametrize("intruder", ["directory", "foreign file", "file as __pycache__"])
 def test_entry_replaced_by_a_directory_or_foreign_file_is_healed(tmp_path, monkeypatch, program,
                                                                   intruder):
     use_cache(monkeypatch, tmp_path / "cache")
     name = disk_cache._module_name(program, "step")
     (tmp_path / "cache").mkdir(mode=0o700)
     module_path = tmp_path / "cache" / f"{name}.py"
+    intruder_path = tmp_path / "cache" / "__pycache__" if "pycache" in intruder else module_path
     if intruder == "directory":
         (module_path / "inside").mkdir(parents=True)
     else:
-        module_path.write_text("something else")
-        os.chown(module_path, NOBODY, NOBODY)
-    with pytest.warns(CacheWarning, match=f"removing {module_path}"):
+        intruder_path.write_text("something else")
+        os.chown(intruder_path, NOBODY, NOBODY)
+    with pytest.warns(CacheWarning, match=f"removing {intruder_path}"):
         module = load_module(program)
     run_step(module)
     assert module_path.read_text() == program
