@@ -289,21 +289,19 @@ def _open_store(directory: Path, max_bytes: int) -> _Store:
 
 def _read_or_make_key(directory: Path) -> bytes:
     path = directory / _KEY_FILE
-    for _ in range(2):
-        try:
-            key = _read_regular_file(path, os.geteuid())
-            if len(key) == _KEY_BYTES:
-                return key
-            reason = f"it holds {len(key)} bytes, not {_KEY_BYTES}"
-        except FileNotFoundError:
-            _create_key(path)
-            continue
-        except _NotPrivate as exc:
-            reason = str(exc)
-        warnings.warn(f"morphjit cache key {path} is unusable ({reason}); making a new one, so "
-                      "every entry will be rebuilt", CacheWarning, stacklevel=5)
-        _remove_any(path)
+    if not os.path.lexists(path):
         _create_key(path)
+    try:
+        key = _read_regular_file(path, os.geteuid())
+        problem = None if len(key) == _KEY_BYTES else f"it holds {len(key)} bytes, not {_KEY_BYTES}"
+    except (_NotPrivate, OSError) as exc:  # e.g. a symlink (O_NOFOLLOW) or a directory
+        problem = str(exc)
+    if problem is None:
+        return key
+    warnings.warn(f"morphjit cache key {path} is unusable ({problem}); making a new one, so every "
+                  "entry will be rebuilt", CacheWarning, stacklevel=5)
+    _remove_any(path)
+    _create_key(path)
     return _read_regular_file(path, os.geteuid())
 
 
@@ -758,7 +756,7 @@ def _read_regular_file(path: Path, owner: int) -> bytes:
     """The bytes of `path`, read through one descriptor: a regular file (not a symlink) owned by
     `owner` and writable by nobody else."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as file:
+    try:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise _NotPrivate(f"{path} is not a regular file")
@@ -767,7 +765,10 @@ def _read_regular_file(path: Path, owner: int) -> bytes:
         if _writable_by_others(status):
             raise _NotPrivate(f"{path} is writable by group or others "
                               f"(mode {status.st_mode & 0o777:o})")
-        return file.read()
+        with os.fdopen(os.dup(fd), "rb") as file:
+            return file.read()
+    finally:
+        os.close(fd)
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

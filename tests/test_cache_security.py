@@ -337,3 +337,19 @@ def test_interrupted_first_call_leaves_the_cache_alone(tmp_path, program):
     assert failed.startswith("RuntimeError") and "restart the process" in failed
     assert report["warnings"] == []
     assert snapshot(directory / "__pycache__") == before
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a directory"])
+def test_unusable_key_is_replaced(tmp_path, monkeypatch, program, damage):
+    use_cache(monkeypatch, tmp_path / "cache")
+    run_step(load_module(program))
+    key = tmp_path / "cache" / "key"
+    if damage == "truncated":
+        key.write_bytes(key.read_bytes()[:5])
+    else:
+        key.unlink()
+        key.mkdir()
+    second = program.replace("test program", "second program")
+    with pytest.warns(CacheWarning, match="key .* is unusable"):
+        run_step(load_module(second))
+    assert len(key.read_bytes()) == 32
