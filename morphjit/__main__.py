@@ -11,7 +11,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m morphjit",
                                      description="Utilities for the morphjit compiler.")
     commands = parser.add_subparsers(dest="command", required=True)
-    cache_parser = commands.add_parser("cache", help="inspect or clear the on-disk compile cache",
+    cache_parser = commands.add_parser("cache",
+                                       help="inspect, prune or clear the on-disk compile cache",
                                        description=f"Cache directory: {cache.cache_dir()}")
     actions = cache_parser.add_subparsers(dest="action", required=True)
     actions.add_parser("info", help="list the cached programs and their size").set_defaults(

@@ -34,6 +34,7 @@ import contextlib
 import dataclasses
 import fcntl
 import functools
+import grp
 import hashlib
 import hmac
 import importlib.metadata
@@ -42,7 +43,6 @@ import linecache
 import os
 import pickle
 import pwd
-import grp
 import re
 import secrets
 import shutil
@@ -217,8 +217,8 @@ def _versions() -> str:
         morphjit_version = importlib.metadata.version("morphjit")
     except importlib.metadata.PackageNotFoundError:
         morphjit_version = "uninstalled"
-    return (f"cache format={_FORMAT} morphjit={morphjit_version} numba={numba.__version__} numpy={numpy.__version__} "
-            f"llvmlite={llvmlite.__version__} python={sys.version}")
+    return (f"cache format={_FORMAT} morphjit={morphjit_version} numba={numba.__version__} "
+            f"numpy={numpy.__version__} llvmlite={llvmlite.__version__} python={sys.version}")
 
 
 def _caching_enabled_by_env() -> bool:
@@ -278,7 +278,7 @@ def _open_store(directory: Path, max_bytes: int) -> _Store:
         _check_path(directory)
     owner = directory.stat().st_uid
     if owner == os.geteuid() and os.access(directory, os.W_OK):
-        _require_private(directory, follow_symlinks=True)
+        _require_private(directory)
         return _Store(directory, _read_or_make_key(directory), owner, True, max_bytes)
     key_path = directory / _KEY_FILE
     key = _read_regular_file(key_path, owner)
@@ -332,7 +332,7 @@ def _module_in_memory(source: str, name: str) -> types.ModuleType:
 
 
 def _load_cached(source: str, name: str, store: _Store) -> types.ModuleType | None:
-    """The module of `source` backed by the cache entry `name`; None if a read-only store lacks it."""
+    """The module of `source` backed by cache entry `name`; None if a read-only store lacks it."""
     path = store.directory / f"{name}.py"
     lock = _entry_lock(store.directory, name) if store.writable else contextlib.nullcontext()
     with lock:
@@ -387,7 +387,8 @@ def _store_source(path: Path, source: str) -> None:
     _write_atomically(path, data)
 
 
-def _execute_registered(source: str, name: str, path: Path, lock, store: _Store) -> types.ModuleType:
+def _execute_registered(source: str, name: str, path: Path, lock,
+                        store: _Store) -> types.ModuleType:
     """Run `source` as module `name` backed by `path`, with disk caching on for its dispatchers.
 
     The module is registered before it runs because numba, loading machine code, looks the module
@@ -743,8 +744,8 @@ def _make_private_dir(path: Path) -> None:
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
-def _require_private(path: Path, *, follow_symlinks: bool) -> None:
-    status = os.stat(path, follow_symlinks=follow_symlinks)
+def _require_private(path: Path) -> None:
+    status = os.stat(path)
     if status.st_uid != os.geteuid():
         raise _NotPrivate(f"{path} is owned by uid {status.st_uid}, not by uid {os.geteuid()}")
     if _writable_by_others(status):

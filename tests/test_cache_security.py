@@ -1,5 +1,5 @@
-"""The disk cache under attack and damage: unsafe paths, swapped files, flipped bits, foreign entries,
-read-only caches, interruptions."""
+"""The disk cache under attack and damage: unsafe paths, swapped files, flipped bits, foreign
+entries, read-only caches, interruptions."""
 
 import json
 import os
