@@ -7,7 +7,7 @@ from .array_api import (
     sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
-from .cache import cache_info, clear_cache
+from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
