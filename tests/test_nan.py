@@ -142,3 +142,50 @@ def test_every_op_has_the_same_nonfinite_gradients_on_both_backends(case):
     np.testing.assert_allclose(value, ref_value, rtol=1e-12)
     for g, r in zip(grad, ref_grad):
         np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients at singular points: one answer on both backends (NaN, as in JAX and PyTorch)
+
+STD_AT_ZERO_SPREAD = {
+    "length-1 axis": (lambda w: mj.sum(mj.std(w, axis=1)), np.arange(4.0).reshape(4, 1)),
+    "constant vector": (lambda w: mj.std(w), np.full(8, 2.5)),
+    "constant rows": (lambda w: mj.sum(mj.std(w, axis=-1, keepdims=True)), np.full((4, 8), -1.0)),
+    "length-1 batch": (lambda w: mj.sum(mj.std(w, axis=0)), np.arange(3.0).reshape(1, 3)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(STD_AT_ZERO_SPREAD))
+def test_std_gradient_at_zero_spread_is_nan(name, backend):
+    """d std / dx = (x - mean) / (n std) is 0 / 0 where every value along the axis is equal."""
+    fn, w = STD_AT_ZERO_SPREAD[name]
+    loss, grad = mj.compile_loss(fn, backend=backend)(w)
+    assert loss == 0.0
+    assert np.isnan(grad).all(), grad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_at_zero_spread_turns_a_trained_parameter_into_nan(backend):
+    step = mj.train_step(lambda p: mj.std(p["w"]), mj.optim.adam(0.1), backend=backend)
+    params = {"w": np.full(8, 2.5)}
+    step(params, step.init(params))
+    assert np.isnan(params["w"]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_gradient_matches_finite_differences_where_defined(backend):
+    from gradcheck import check_loss_grads_fd
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(5, 7))
+    fn = lambda w: mj.sum(mj.std(w, axis=1) * np.arange(1.0, 6.0)) + mj.std(w)
+    _, grad = mj.compile_loss(fn, backend=backend)(w)
+    check_loss_grads_fd(lambda xs: fn(xs[0]), [w], [grad], rng=rng)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_over_a_length_1_axis_turns_a_trained_parameter_into_nan(backend):
+    step = mj.train_step(lambda p: mj.sum(mj.std(p["w"], axis=1)), mj.optim.sgd(0.1), backend=backend)
+    params = {"w": np.arange(3.0).reshape(3, 1)}
+    step(params, step.init(params))
+    assert np.isnan(params["w"]).all()
