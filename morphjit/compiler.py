@@ -240,22 +240,35 @@ class Step:
             np.copyto(target, value)
         return outputs[0]
 
-    def check_out(self, out, single: bool, leaves) -> list:
-        """The arrays of an ``out=`` tree, checked against the gradients they will receive."""
+    def check_out(self, out, single: bool, leaves, leaf_paths) -> list:
+        """The arrays of an ``out=`` tree, checked against the gradients they will receive and
+        against the call's arguments (``leaves``, named by ``leaf_paths``) and each other: an
+        array written while arguments or other gradients are still being read must not share
+        memory with them."""
         arrays, treedef = pytree.flatten(out)
         children = tuple(self.spec.arg_treedef(i) for i in self.spec.argnums)
         expected = children[0] if single else pytree.TreeDef(tuple, (), children)
         if treedef != expected:
             raise TracingError(f"out= must have the structure of the gradients, {expected}; got {treedef}")
         paths = pytree.leaf_paths(treedef, "out")
-        inputs = {id(x) for x in leaves}
-        for path, array, v in zip(paths, arrays, self.program.outputs[1:]):
+        for k, (path, array, v) in enumerate(zip(paths, arrays, self.program.outputs[1:])):
             if not (isinstance(array, np.ndarray) and array.shape == v.shape and array.dtype == v.dtype
                     and array.flags.c_contiguous and array.flags.writeable):
                 raise DtypeError(f"{path} must be a writeable C-contiguous {v.dtype} array of shape {v.shape}")
-            if id(array) in inputs:
-                raise TracingError(f"{path} is also an argument of the call; gradients cannot overwrite inputs")
+            argument = sharing_memory(array, leaf_paths, leaves)
+            if argument is not None:
+                raise TracingError(f"{path} shares memory with {argument}, an argument of the call; "
+                                   f"gradients cannot overwrite inputs (pass an array of its own)")
+            other = sharing_memory(array, paths[:k], arrays[:k])
+            if other is not None:
+                raise TracingError(f"{path} shares memory with {other}; each gradient needs an array of its own")
         return arrays
+
+
+def sharing_memory(x: np.ndarray, paths, arrays) -> str | None:
+    """The path of the first of ``arrays`` whose elements share memory with ``x``, if any."""
+    return next((path for path, a in zip(paths, arrays)
+                 if isinstance(a, np.ndarray) and np.may_share_memory(x, a) and np.shares_memory(x, a)), None)
 
 
 class CompiledLoss:
@@ -287,7 +300,8 @@ class CompiledLoss:
         step, leaves = self._step(args)
         self._fast = step.fast
         if out is not None:
-            return step.run_into(leaves, step.check_out(out, self._single, leaves))[()], out
+            out_arrays = step.check_out(out, self._single, leaves, argument_paths(self.fn, step.spec.treedef))
+            return step.run_into(leaves, out_arrays)[()], out
         outputs = step.run(*leaves)
         trees = step.gradient_trees(outputs[1:])
         return outputs[0][()], trees[0] if self._single else tuple(trees)
