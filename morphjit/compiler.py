@@ -50,6 +50,8 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
         ranges.append(range(start, start + child.num_leaves))
         start += child.num_leaves
     wrt = tuple(j for i in argnums_t for j in ranges[i])
+    for leaf, path in zip(leaves, paths):
+        check_plain(leaf, path)
     for j in wrt:
         check_differentiable(leaves[j], paths[j])
     return ArgSpec(treedef, argnums_t, wrt), leaves
@@ -62,6 +64,30 @@ def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
             raise TracingError(f"argnums={argnums!r} does not fit a call with {nargs} positional "
                                f"argument{'s' if nargs != 1 else ''}")
     return tuple(n % nargs for n in nums)
+
+
+# ndarray subclasses that hold plain data, taken as arrays. Any other subclass is refused: the
+# compiled step would see its data only (a masked array's mask, np.matrix's `*`, units).
+PLAIN_SUBCLASSES = (np.memmap,)
+
+
+def is_plain_array(x) -> bool:
+    return type(x) is np.ndarray or isinstance(x, PLAIN_SUBCLASSES)
+
+
+def check_plain(leaf, path: str) -> None:
+    """Refuse an ndarray subclass whose meaning the step would lose, saying what to pass instead."""
+    if not isinstance(leaf, np.ndarray) or is_plain_array(leaf):
+        return
+    kind = f"{type(leaf).__module__}.{type(leaf).__qualname__}"
+    if isinstance(leaf, np.ma.MaskedArray):
+        hint = (f"its mask would be ignored; pass {path}.filled(value), or np.asarray({path}) and "
+                f"the mask as a data argument (mj.where(mask, ..., 0.0))")
+    elif isinstance(leaf, np.matrix):
+        hint = f"`*` and `**` would not mean what they mean for a matrix; pass np.asarray({path})"
+    else:
+        hint = f"only its data would be used; pass np.asarray({path}) if that is what you mean"
+    raise DtypeError(f"{path} is a {kind}: {hint}")
 
 
 def check_differentiable(leaf, path: str) -> None:
@@ -196,9 +222,13 @@ def grad_program(fn, *args, argnums=0) -> Program:
 # The decorator
 
 def leaf_signature(leaf):
-    """What a compiled step depends on in an argument leaf: shape and dtype, or the scalar type."""
-    if isinstance(leaf, (np.ndarray, np.generic)):
+    """What a compiled step depends on in an argument leaf: shape and dtype, or the scalar type.
+    An ndarray subclass that is refused has a signature of its own, so it is never served by the
+    step of a plain array (``arg_spec`` refuses it)."""
+    if isinstance(leaf, np.generic) or is_plain_array(leaf):
         return leaf.shape, leaf.dtype
+    if isinstance(leaf, np.ndarray):
+        return type(leaf), leaf.shape, leaf.dtype
     return type(leaf)
 
 
@@ -252,9 +282,12 @@ class Step:
             raise TracingError(f"out= must have the structure of the gradients, {expected}; got {treedef}")
         paths = pytree.leaf_paths(treedef, "out")
         for k, (path, array, v) in enumerate(zip(paths, arrays, self.program.outputs[1:])):
-            if not (isinstance(array, np.ndarray) and array.shape == v.shape and array.dtype == v.dtype
+            if not (is_plain_array(array) and array.shape == v.shape and array.dtype == v.dtype
                     and array.flags.c_contiguous and array.flags.writeable):
-                raise DtypeError(f"{path} must be a writeable C-contiguous {v.dtype} array of shape {v.shape}")
+                got = (f"a {type(array).__name__} of {array.dtype} and shape {array.shape}"
+                       if isinstance(array, np.ndarray) else f"a {type(array).__name__}")
+                raise DtypeError(f"{path} must be a writeable C-contiguous {v.dtype} array of shape {v.shape} "
+                                 f"(a NumPy ndarray, not a subclass), got {got}")
             argument = sharing_memory(array, leaf_paths, leaves)
             if argument is not None:
                 raise TracingError(f"{path} shares memory with {argument}, an argument of the call; "

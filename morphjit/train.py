@@ -16,8 +16,8 @@ import numpy as np
 from . import array_api as A
 from . import interp, pytree
 from . import cache as disk_cache
-from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, compile_plan,
-                       joint_program, leaf_signature, name_hint, native_step, trace_loss)
+from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
+                       compile_plan, joint_program, leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
@@ -235,6 +235,7 @@ def memory_owner(x: np.ndarray):
 
 
 def check_updatable(path: str, x) -> None:
+    check_plain(x, path)
     if not (isinstance(x, np.ndarray) and is_float(x.dtype)):
         raise DtypeError(f"{path} is updated in place, so it must be a float32 or float64 NumPy "
                          f"array; got {type(x).__name__}{'' if not hasattr(x, 'dtype') else ' of ' + str(x.dtype)}")
