@@ -90,7 +90,7 @@ class TrainStep:
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it."""
         step_count = self._check_state(state)
-        lr = self.optimizer.learning_rate(step_count) if lr is None else float(lr)
+        lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
         args = (params, [state[name] for name in self.optimizer.slots], data)
         loss = None if self._fast is None else self._fast(args, scalars)
