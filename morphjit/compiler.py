@@ -298,6 +298,37 @@ class Step:
         return arrays
 
 
+def label_error(program: Program, paths, leaves) -> ValueError | None:
+    """The error for the first argument that ``program`` reads as class labels (of ``one_hot``
+    or ``softmax_cross_entropy``) and that holds a label outside ``[0, classes)``: its path, the
+    first offending value and its index. ``leaves`` (named by ``paths``) are the program's
+    first inputs."""
+    position = {id(v): k for k, v in enumerate(program.inputs[:len(leaves)])}
+    for b in program.bindings:
+        if b.op == "one_hot":
+            labels, classes = b.inputs[0], b.kwargs["depth"]
+        elif b.op == "softmax_cross_entropy" and b.inputs[1].dtype.kind in "iu":
+            labels, classes = b.inputs[1], b.inputs[0].shape[-1]
+        else:
+            continue
+        k = position.get(id(labels))
+        values = np.asarray(leaves[k]) if k is not None else None
+        outside = None if values is None else np.flatnonzero((values < 0) | (values >= classes))
+        if outside is not None and outside.size:
+            index = "".join(f"[{i}]" for i in np.unravel_index(outside[0], values.shape))
+            return ValueError(f"{paths[k]}{index} is {values.flat[outside[0]]}, but class labels must lie "
+                              f"in [0, {classes}) ({outside.size} of the {values.size} labels are outside)")
+    return None
+
+
+def run_reference(program: Program, paths, *leaves) -> list[np.ndarray]:
+    """The reference executor, refusing out-of-range class labels as the compiled step does."""
+    error = label_error(program, paths, leaves)
+    if error is not None:
+        raise error
+    return interp.run(program, *leaves)
+
+
 def sharing_memory(x: np.ndarray, paths, arrays) -> str | None:
     """The path of the first of ``arrays`` whose elements share memory with ``x``, if any."""
     return next((path for path, a in zip(paths, arrays)
@@ -326,18 +357,30 @@ class CompiledLoss:
         if kwargs:
             args = self._positional(args, kwargs)
         if self._fast is not None:
-            result = self._fast(args, out)
+            try:
+                result = self._fast(args, out)
+            except ValueError as error:
+                raise self._explained(error, args) from None
             if result is not None:
                 self._hits += 1
                 return result
         step, leaves = self._step(args)
         self._fast = step.fast
-        if out is not None:
-            out_arrays = step.check_out(out, self._single, leaves, argument_paths(self.fn, step.spec.treedef))
-            return step.run_into(leaves, out_arrays)[()], out
-        outputs = step.run(*leaves)
+        paths = argument_paths(self.fn, step.spec.treedef)
+        try:
+            if out is not None:
+                return step.run_into(leaves, step.check_out(out, self._single, leaves, paths))[()], out
+            outputs = step.run(*leaves)
+        except ValueError as error:
+            raise label_error(step.program, paths, leaves) or error from None
         trees = step.gradient_trees(outputs[1:])
         return outputs[0][()], trees[0] if self._single else tuple(trees)
+
+    def _explained(self, error: ValueError, args) -> ValueError:
+        """``error``, raised by a step, or the failed class-label check it stands for with the
+        argument, the value and its index."""
+        step, leaves = self._step(args, count=False)
+        return label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error
 
     def _positional(self, args, kwargs) -> tuple:
         try:
@@ -394,7 +437,8 @@ class CompiledLoss:
             forward = trace_loss(self.fn, args, spec, batched)
         program = joint_program(forward, spec.wrt, timings)
         if self.backend == "interp":
-            return Step(spec, program, functools.partial(interp.run, program), forward=forward, timings=timings)
+            run = functools.partial(run_reference, program, argument_paths(self.fn, spec.treedef))
+            return Step(spec, program, run, forward=forward, timings=timings)
         plan = compile_plan(program, timings)
         native, source = native_step(plan, name_hint(self.fn), self.cache, timings)
         feedback.watch_first_call(native, timings, status)
