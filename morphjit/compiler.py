@@ -49,12 +49,35 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     for child in treedef.children:
         ranges.append(range(start, start + child.num_leaves))
         start += child.num_leaves
+    names = argument_names(fn, len(args))
+    for i in argnums_t:
+        for path, kind in number_sequences(args[i], names[i]):
+            raise DtypeError(f"{path} is differentiated but is a Python {kind} of numbers; differentiated "
+                             f"arguments must hold float32 or float64 NumPy arrays: pass np.asarray({path})")
     wrt = tuple(j for i in argnums_t for j in ranges[i])
     for leaf, path in zip(leaves, paths):
         check_plain(leaf, path)
     for j in wrt:
         check_differentiable(leaves[j], paths[j])
     return ArgSpec(treedef, argnums_t, wrt), leaves
+
+
+def number_sequences(tree, path: str) -> list[tuple[str, str]]:
+    """The paths (and kinds) of the lists and tuples in ``tree`` that hold only numbers, nested
+    or not: arrays written as Python sequences, whose numbers would be leaves of their own."""
+    if type(tree) in (list, tuple) and is_numbers(tree):
+        return [(path, type(tree).__name__)]
+    if type(tree) is dict:
+        return [found for k in sorted(tree) for found in number_sequences(tree[k], f"{path}[{k!r}]")]
+    if type(tree) in (list, tuple):
+        return [found for k, child in enumerate(tree) for found in number_sequences(child, f"{path}[{k}]")]
+    return []
+
+
+def is_numbers(x) -> bool:
+    if type(x) in (list, tuple):
+        return len(x) > 0 and all(map(is_numbers, x))
+    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
 
 
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
@@ -103,7 +126,16 @@ def check_differentiable(leaf, path: str) -> None:
 def trace_loss(fn, args, spec: ArgSpec, batched=frozenset()) -> Program:
     """The forward program of ``fn``, checked to return one float scalar; the leading extent of
     the leaves in ``batched`` is the symbolic batch size."""
-    program, out_tree = trace_with_tree(fn, args, batched)
+    try:
+        program, out_tree = trace_with_tree(fn, args, batched)
+    except TracingError as error:
+        sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
+                     for found in number_sequences(arg, name)]
+        if not sequences:
+            raise
+        path, kind = sequences[0]
+        raise TracingError(f"{error.message}. Note: {path} is a Python {kind}, whose numbers are traced "
+                           f"one by one; to use it as an array, pass np.asarray({path})", error.loc) from None
     if out_tree.num_leaves != 1:
         raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
                            f"({out_tree.num_leaves} arrays)")
