@@ -11,7 +11,7 @@ import numpy as np
 from . import cache as disk_cache
 from . import codegen, feedback, interp, passes, pytree
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError
-from .ir import Program, Specialize, is_float
+from .ir import Program, Specialize, batch_size, evaluate, is_float
 from .lower import lower
 from .plan import make_plan
 from .runtime import NativeStep, fast_call
@@ -51,7 +51,9 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
         start += child.num_leaves
     names = argument_names(fn, len(args))
     for i in argnums_t:
-        for path, kind in number_sequences(args[i], names[i]):
+        sequences = number_sequences(args[i], names[i])
+        if sequences:
+            path, kind = sequences[0]
             raise DtypeError(f"{path} is differentiated but is a Python {kind} of numbers; differentiated "
                              f"arguments must hold float32 or float64 NumPy arrays: pass np.asarray({path})")
     wrt = tuple(j for i in argnums_t for j in ranges[i])
@@ -335,12 +337,13 @@ def label_error(program: Program, paths, leaves) -> ValueError | None:
     or ``softmax_cross_entropy``) and that holds a label outside ``[0, classes)``: its path, the
     first offending value and its index. ``leaves`` (named by ``paths``) are the program's
     first inputs."""
-    position = {id(v): k for k, v in enumerate(program.inputs[:len(leaves)])}
+    inputs = program.inputs[:len(leaves)]
+    position = {id(v): k for k, v in enumerate(inputs)}
     for b in program.bindings:
         if b.op == "one_hot":
             labels, classes = b.inputs[0], b.kwargs["depth"]
         elif b.op == "softmax_cross_entropy" and b.inputs[1].dtype.kind in "iu":
-            labels, classes = b.inputs[1], b.inputs[0].shape[-1]
+            labels, classes = b.inputs[1], evaluate(b.inputs[0].shape[-1], batch_size(inputs, leaves))
         else:
             continue
         k = position.get(id(labels))

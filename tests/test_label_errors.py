@@ -66,3 +66,14 @@ def test_train_step_names_the_label_and_updates_nothing(backend, loss):
     np.testing.assert_array_equal(params["W"], before[0])
     np.testing.assert_array_equal(state["m"]["W"], before[1])
     assert int(state["step"]) == before[2]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_number_of_classes_may_be_the_batch_size(backend):
+    """Logits of shape (B,): the classes are the batch axis, whose extent is known at run time."""
+    fn = lambda w, logits, y: mj.softmax_cross_entropy(logits * w, y)
+    step = mj.compile_loss(fn, backend=backend)
+    value, _ = step(np.ones(()), np.zeros(3), np.array(2))
+    np.testing.assert_allclose(value, np.log(3))
+    with pytest.raises(ValueError, match=r"^y is 3, but class labels must lie in \[0, 3\)"):
+        step(np.ones(()), np.zeros(3), np.array(3))
