@@ -77,3 +77,28 @@ def test_the_number_of_classes_may_be_the_batch_size(backend):
     np.testing.assert_allclose(value, np.log(3))
     with pytest.raises(ValueError, match=r"^y is 3, but class labels must lie in \[0, 3\)"):
         step(np.ones(()), np.zeros(3), np.array(3))
+
+
+COMPUTED = {
+    "a column": (lambda b: b["y"][:, 0], lambda y: np.stack([y, np.zeros_like(y)], axis=1)),
+    "a raveled column": (lambda b: b["y"].ravel(), lambda y: y[:, None]),
+    "one-based": (lambda b: b["y"] - 1, lambda y: y + 1),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(COMPUTED))
+def test_labels_computed_in_the_loss_are_checked_too(backend, name):
+    """Labels read through a view or computed from the data: the compiled step gave a loss."""
+    select, encode = COMPUTED[name]
+    loss = lambda p, b: mj.mean(mj.softmax_cross_entropy(b["x"] @ p["W"], select(b)))
+    params, batch = problem([0, 1, 2, 3, 0, 1])
+    reference, _ = mj.compile_loss(loss, backend="interp")(params, {"x": batch["x"], "y": encode(batch["y"])})
+    step = mj.train_step(loss, mj.optim.sgd(0.1), backend=backend)
+    state = step.init(params)
+    assert step(params, state, {"x": batch["x"], "y": encode(batch["y"])}) == pytest.approx(reference)
+    before = params["W"].copy()
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"labels must lie in \[0, 4\)"):
+            step(params, state, {"x": batch["x"], "y": encode(np.array([0, 1, 3, 7, 2, 9]))})
+    np.testing.assert_array_equal(params["W"], before)
