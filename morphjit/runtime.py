@@ -161,9 +161,14 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
         return None
     for k, (name, (shape, dtype)) in enumerate(zip(targets, step.output_buffers[1:]), 1):
         src.env[f"S{k}"], src.env[f"T{k}"], src.env[f"R{k}"] = shape, dtype, step.output_shapes[k]
-        aliased = " or ".join(f"{name} is {x}" for x in inputs)
+        # An out array that owns its memory (base None) overlaps only itself, its views (whose
+        # base it is) and no other out array; anything else takes the slow path, which checks
+        # byte ranges and raises.
+        aliased = "".join(f" or {x} is {name} or {x}.base is {name}" for x in inputs) + \
+            "".join(f" or {name} is {g}" for g in targets[:k - 1])
         src.lines += [f"        if type({name}) is not ndarray or {name}.shape != R{k} or {name}.dtype is not T{k} "
-                      f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {aliased}: return None",
+                      f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {name}.base is not None"
+                      f"{aliased}: return None",
                       f"        o{k} = {name}.reshape(S{k})"]
     src.call(inputs + fixed + [f"o{k}" for k in range(n)])
     src.lines.append("    if out is not None:")

@@ -16,8 +16,8 @@ import numpy as np
 from . import array_api as A
 from . import interp, pytree
 from . import cache as disk_cache
-from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, compile_plan,
-                       joint_program, leaf_signature, name_hint, native_step, trace_loss)
+from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
+                       compile_plan, joint_program, label_error, leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
@@ -90,10 +90,13 @@ class TrainStep:
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it."""
         step_count = self._check_state(state)
-        lr = self.optimizer.learning_rate(step_count) if lr is None else float(lr)
+        lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
         args = (params, [state[name] for name in self.optimizer.slots], data)
-        loss = None if self._fast is None else self._fast(args, scalars)
+        try:
+            loss = None if self._fast is None else self._fast(args, scalars)
+        except ValueError as error:
+            raise self._explained(error, args) from None
         if loss is None:
             loss = self._checked_call(args, scalars)
         self._calls += 1
@@ -112,7 +115,19 @@ class TrainStep:
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
         inputs = written[:run.n_params] + data_leaves + written[run.n_params:] + list(scalars)
-        return run(inputs, written)
+        try:
+            return run(inputs, written)
+        except ValueError as error:
+            raise run.label_error(inputs) or error from None
+
+    def _explained(self, error: ValueError, args) -> ValueError:
+        """``error``, raised by a step, or the failed class-label check it stands for with the
+        argument, the value and its index."""
+        leaves = []
+        run = self._runs.get(pytree.keyed_flatten(args, leaves, leaf_signature))
+        if run is None:
+            return error
+        return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_slots:]) or error
 
     def cache_info(self) -> CacheInfo:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
@@ -235,6 +250,7 @@ def memory_owner(x: np.ndarray):
 
 
 def check_updatable(path: str, x) -> None:
+    check_plain(x, path)
     if not (isinstance(x, np.ndarray) and is_float(x.dtype)):
         raise DtypeError(f"{path} is updated in place, so it must be a float32 or float64 NumPy "
                          f"array; got {type(x).__name__}{'' if not hasattr(x, 'dtype') else ' of ' + str(x.dtype)}")
@@ -262,9 +278,17 @@ class CompiledUpdate:
         write_in_place(plan, zip(updated, plan.outputs[1:]))
         self.native, self.source = native_step(plan, hint, cache)
 
+    def label_error(self, inputs: list) -> ValueError | None:
+        """The error for an out-of-range class label among the parameters and data of ``inputs``."""
+        n = self.n_params + len(self.data_paths)
+        return label_error(self.program, self.paths[:self.n_params] + self.data_paths, inputs[:n])
+
     def __call__(self, inputs: list, written: list):
         if self.native is not None:
             return self.native(*inputs, out=written)[0][()]
+        error = self.label_error(inputs)   # as the compiled step checks them
+        if error is not None:
+            raise error
         outputs = interp.run(self.program, *inputs)
         for target, value in zip(written, outputs[1:]):
             np.copyto(target, value)
