@@ -38,6 +38,8 @@ import numpy
 from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCacheLocator
 from numba.core.dispatcher import Dispatcher
 
+from . import vecmath
+
 _PREFIX = "mj_"
 _TEMP_PREFIX = ".tmp-"
 _OFF_VALUES = {"0", "false", "no", "off"}
@@ -151,7 +153,7 @@ def _versions() -> str:
     except importlib.metadata.PackageNotFoundError:
         morphjit_version = "uninstalled"
     return (f"morphjit={morphjit_version} numba={numba.__version__} numpy={numpy.__version__} "
-            f"llvmlite={llvmlite.__version__} python={sys.version}")
+            f"llvmlite={llvmlite.__version__} python={sys.version} {vecmath.cache_key()}")
 
 
 def _caching_enabled_by_env() -> bool:

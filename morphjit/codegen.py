@@ -269,6 +269,7 @@ class StepWriter(Writer):
         out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
         out.line("import numpy as np")
         out.line("import numba")
+        out.line("from morphjit import vecmath as vm")
         calls = self.helpers()
         out.line("")
         out.line("")
