@@ -191,7 +191,7 @@ class JaxOps:
         import jax
         import jax.numpy as jnp
         self.jnp, self.nn = jnp, jax.nn
-        for name in ("tanh", "exp", "sin", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
+        for name in ("tanh", "exp", "sin", "cos", "log", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
             setattr(self, name, getattr(jnp, name))
         self.relu, self.softmax = jax.nn.relu, jax.nn.softmax
 
@@ -223,7 +223,7 @@ class TorchOps:
     def __init__(self):
         import torch
         self.torch, self.F = torch, torch.nn.functional
-        for name in ("tanh", "exp", "sin", "log1p", "abs", "sqrt", "relu", "swapaxes"):
+        for name in ("tanh", "exp", "sin", "cos", "log", "log1p", "abs", "sqrt", "relu", "swapaxes"):
             setattr(self, name, getattr(torch, name))
 
     def maximum(self, a, b):
@@ -299,7 +299,7 @@ class PytensorOps:
         import pytensor.tensor as pt
         from pytensor.tensor import special
         self.pt = pt
-        for name in ("tanh", "exp", "sin", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
+        for name in ("tanh", "exp", "sin", "cos", "log", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
             setattr(self, name, getattr(pt, name))
         self.special = special
 

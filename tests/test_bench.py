@@ -55,3 +55,13 @@ def test_missing_peer_is_reported_not_raised():
     assert result["impls"]["jax"]["status"] == "missing"
     assert result["impls"]["morphjit"]["status"] == "ok"
     assert "tiny" in WORKLOADS
+
+
+def test_transcendental_workload_hand_written_gradients_agree():
+    # The NumPy step is checked against morphjit's; a mismatch would give status "wrong".
+    sys.path.insert(0, str(ROOT))
+    import perf.bench as bench
+    for dtype in ("float32", "float64"):
+        result = bench.run_workload("transcendental", dtype, ["morphjit", "numpy"], 1, 0.01, 2)
+        assert {name: entry["status"] for name, entry in result["impls"].items()} == \
+            {"morphjit": "ok", "numpy": "ok"}, result
