@@ -231,3 +231,37 @@ def math_calls(asm: str) -> tuple[set[str], set[str]]:
         else:
             scalar.add(symbol)
     return vector, scalar
+
+
+def _dispatchers(kernel) -> list:
+    """`kernel` and the loop functions of its generated module (numba dispatchers)."""
+    module_globals = getattr(getattr(kernel, "py_func", None), "__globals__", {})
+    helpers = [v for v in module_globals.values()
+               if hasattr(v, "overloads") and v is not kernel and v.py_func.__globals__ is module_globals]
+    return [kernel, *helpers]
+
+
+def describe(kernel) -> str:
+    """Which transcendental calls of a compiled step's loops vectorised, for ``loss.explain``.
+
+    Read from the machine code of the whole step (not loop by loop): a function listed as
+    vectorised may still be called one element at a time in a loop that did not vectorise."""
+    libraries = [d.overloads[s].library for d in _dispatchers(kernel) for s in d.signatures]
+    if any(library._disable_inspection for library in libraries):
+        return "not known for machine code loaded from the disk cache (MORPHJIT_CACHE=0 shows it)"
+    vector, scalar = set(), set()
+    for library in libraries:
+        v, s = math_calls(library.get_asm_str())
+        vector |= {_op_name(c) for c in v}
+        scalar |= {_op_name(c) for c in s}
+    if not vector | scalar:
+        return "no transcendental calls"
+    parts = [f"vectorised {', '.join(sorted(vector))} (libmvec)"] if vector else []
+    if scalar - vector:
+        reason = "" if ENABLED else " (no vector math library: MORPHJIT_VECMATH or the platform)"
+        parts.append(f"one element at a time: {', '.join(sorted(scalar - vector))}{reason}")
+    return "; ".join(parts)
+
+
+def _op_name(cname: str) -> str:
+    return next(op for op, (c, _) in FUNCTIONS.items() if cname in (c, c + "f"))

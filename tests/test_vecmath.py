@@ -215,3 +215,19 @@ def test_the_environment_switch_selects_the_scalar_path():
     env = dict(os.environ, MORPHJIT_VECMATH="0")
     result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert result.stdout.split() == ["False", "vecmath=scalar", "True"]
+
+
+@pytest.mark.parametrize("enabled", [True, False], ids=["vector", "scalar"])
+def test_explain_says_which_calls_vectorised(enabled, monkeypatch):
+    if enabled and not vecmath.ENABLED:
+        pytest.skip("no vector math library on this machine")
+    monkeypatch.setattr(vecmath, "ENABLED", enabled)
+    step = mj.compile_loss(lambda p, x: np.sum(np.exp(p * x) + np.sqrt(x)), cache=False)
+    line = next(row for row in str(step.explain(np.array(0.5), np.linspace(0, 1, 512))).splitlines()
+                if "vector math" in row)
+    assert line.split(None, 2)[2].startswith("vectorised exp" if enabled else "one element at a time: exp")
+
+
+def test_describe_reads_calls_from_machine_code():
+    asm = "movabsq $_ZGVeN8v_exp, %rax\ncallq *%rax\nmovabsq $exp, %rbx\nmovabsq $tanhf, %rcx\n"
+    assert vecmath.math_calls(asm) == ({"exp"}, {"exp", "tanhf"})
