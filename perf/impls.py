@@ -14,6 +14,8 @@ the hand-written numba MLP step), ``overhead`` (morphjit's compiled entry called
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -341,6 +343,16 @@ def build_pytensor(wl, params, data):
 
 
 # ---------------------------------------------------------------- the registry
+
+# PyTensor pins an older numba than morphjit's users get, so `make bench` installs it in a venv of
+# its own and names that interpreter here; its figures then come from a process of their own.
+SEPARATE_PYTHON = {"pytensor": "MORPHJIT_BENCH_PYTENSOR_PYTHON"}
+
+
+def interpreter(impl: str) -> str:
+    """The Python that runs `impl`: its own venv's where one is named, else this one."""
+    return os.environ.get(SEPARATE_PYTHON.get(impl, ""), "") or sys.executable
+
 
 IMPLEMENTATIONS = {i.name: i for i in (
     Impl("morphjit", "subject", build_morphjit),
