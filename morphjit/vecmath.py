@@ -164,7 +164,7 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
         vector = ir.VectorType(element, v.lanes)
         _keep_alive(module, _declare(module, v.name, ir.FunctionType(vector, [vector] * arity)))
         mappings.append(f"_ZGV_LLVM_N{v.lanes}{'v' * arity}_{cname}({v.name})")
-    for attribute in ("nounwind", "readnone"):
+    for attribute in ("nounwind", "readnone", "noduplicate"):
         function.attributes.add(attribute)
     if mappings:
         # llvmlite knows no string attributes; its attribute set renders entries verbatim.
