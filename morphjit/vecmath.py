@@ -164,6 +164,9 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
         vector = ir.VectorType(element, v.lanes)
         _keep_alive(module, _declare(module, v.name, ir.FunctionType(vector, [vector] * arity)))
         mappings.append(f"_ZGV_LLVM_N{v.lanes}{'v' * arity}_{cname}({v.name})")
+    # noduplicate: LLVM would fully unroll a short loop of known trip count (32 hidden units)
+    # into scalar calls before the loop vectoriser sees it, and the SLP vectoriser cannot bundle
+    # them (the arrays may overlap); the loop vectoriser does not mind the attribute.
     for attribute in ("nounwind", "readnone", "noduplicate"):
         function.attributes.add(attribute)
     if mappings:

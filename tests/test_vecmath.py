@@ -247,3 +247,15 @@ def test_a_loop_writing_in_place_reads_and_writes_one_name():
     names = dict(zip(map(id, arguments), header.rstrip("):").split(", ")))
     for v, first in pairs:
         assert re.search(rf"\b{names[id(v)]}\b", body) is None and re.search(rf"\b{names[id(first)]}\b", body)
+
+
+@needs_libmvec
+def test_a_short_loop_of_known_trip_count_vectorises():
+    @numba.njit(fastmath=codegen.FASTMATH)
+    def rows(x, out):
+        for i in range(x.shape[0]):
+            for j in range(32):
+                out[i, j] = vecmath.tanh(x[i, j])
+    x = np.ones((4, 32))
+    rows(x, np.empty_like(x))
+    assert "tanh" in vecmath.math_calls(rows.inspect_asm(rows.signatures[0]))[0]
