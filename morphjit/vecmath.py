@@ -134,15 +134,16 @@ def cache_key() -> str:
 # The intrinsics
 
 
+_BYTE_POINTER = ir.IntType(8).as_pointer()
+
+
 def _keep_alive(module: ir.Module, function: ir.Function) -> None:
     """List `function` in llvm.compiler.used: the vectoriser looks a vector form up in the module,
     and an unused declaration would be dropped before it runs (silently losing the mapping)."""
     used = module.globals.get("llvm.compiler.used")
     items = list(used.initializer.constant) if used is not None else []
-    if any(item is function for item in items):
-        return
-    items.append(function)
-    array = ir.ArrayType(function.type, len(items))
+    items.append(function.bitcast(_BYTE_POINTER))   # one element type under typed pointers too
+    array = ir.ArrayType(_BYTE_POINTER, len(items))
     if used is None:
         used = ir.GlobalVariable(module, array, "llvm.compiler.used")
         used.linkage = "appending"
@@ -151,9 +152,14 @@ def _keep_alive(module: ir.Module, function: ir.Function) -> None:
     used.initializer = ir.Constant(array, items)
 
 
-def _declare(module: ir.Module, name: str, fntype: ir.FunctionType) -> ir.Function:
+def _declare(module: ir.Module, name: str, fntype: ir.FunctionType, keep_alive: bool = False) -> ir.Function:
     existing = module.globals.get(name)
-    return existing if existing is not None else ir.Function(module, fntype, name)
+    if existing is not None:
+        return existing
+    function = ir.Function(module, fntype, name)
+    if keep_alive:
+        _keep_alive(module, function)
+    return function
 
 
 def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, arity: int) -> ir.Function:
@@ -162,7 +168,7 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
     mappings = []
     for v in VARIANTS.get(cname, ()):
         vector = ir.VectorType(element, v.lanes)
-        _keep_alive(module, _declare(module, v.name, ir.FunctionType(vector, [vector] * arity)))
+        _declare(module, v.name, ir.FunctionType(vector, [vector] * arity), keep_alive=True)
         mappings.append(f"_ZGV_LLVM_N{v.lanes}{'v' * arity}_{cname}({v.name})")
     # noduplicate: LLVM would fully unroll a short loop of known trip count (32 hidden units)
     # into scalar calls before the loop vectoriser sees it, and the SLP vectoriser cannot bundle
