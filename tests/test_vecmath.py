@@ -259,3 +259,17 @@ def test_a_short_loop_of_known_trip_count_vectorises():
     x = np.ones((4, 32))
     rows(x, np.empty_like(x))
     assert "tanh" in vecmath.math_calls(rows.inspect_asm(rows.signatures[0]))[0]
+
+
+def test_the_disk_cache_key_follows_the_vector_math_choice(monkeypatch):
+    from morphjit import cache
+    source = "x = 1\n"
+    try:
+        cache._versions.cache_clear()
+        here = cache._module_name(source, "probe")
+        monkeypatch.setattr(vecmath, "cache_key", lambda: "vecmath=elsewhere")
+        cache._versions.cache_clear()
+        assert cache._module_name(source, "probe") != here
+    finally:
+        monkeypatch.undo()
+        cache._versions.cache_clear()
