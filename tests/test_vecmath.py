@@ -273,3 +273,17 @@ def test_the_disk_cache_key_follows_the_vector_math_choice(monkeypatch):
     finally:
         monkeypatch.undo()
         cache._versions.cache_clear()
+
+
+@needs_libmvec
+def test_a_step_calling_libmvec_reloads_from_the_disk_cache(tmp_path):
+    script = ("import numpy as np, morphjit as mj\n"
+              "f = mj.compile_loss(lambda p, x: np.sum(np.exp(p * x) * np.sin(x)))\n"
+              "p, x = np.array(0.5), np.linspace(0, 1, 4096)\n"
+              "value, grad = f(p, x)\n"
+              "print(f.cache_info().disk_loads, repr(float(value)), repr(float(grad)))\n")
+    env = dict(os.environ, MORPHJIT_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+            .stdout.split() for _ in range(2)]
+    assert [run[0] for run in runs] == ["0", "1"]
+    assert runs[0][1:] == runs[1][1:]
