@@ -80,7 +80,7 @@ def run_workload(workload: str, dtype: str, impl_names: list, threads: int, budg
         if b.result is None or name == checker:
             continue
         if reference is None:
-            impls[name].update(status="unchecked", message="morphjit not run")
+            impls[name].update(status="unchecked", message="neither morphjit nor numpy ran")
             continue
         try:
             problem = check_close(b.result(b.call()), reference, dtype)
