@@ -61,6 +61,8 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
                                 InTreeCacheLocator)
 from numba.core.dispatcher import Dispatcher
 
+from . import vecmath
+
 _PREFIX = "mj_"
 _ENTRY_NAME = re.compile(r"(mj_[A-Za-z0-9_]{1,40}_[0-9a-f]{16})\.")
 _TEMP_PREFIX = ".tmp-"
@@ -218,7 +220,8 @@ def _versions() -> str:
     except importlib.metadata.PackageNotFoundError:
         morphjit_version = "uninstalled"
     return (f"cache format={_FORMAT} morphjit={morphjit_version} numba={numba.__version__} "
-            f"numpy={numpy.__version__} llvmlite={llvmlite.__version__} python={sys.version}")
+            f"numpy={numpy.__version__} llvmlite={llvmlite.__version__} python={sys.version} "
+            f"{vecmath.cache_key()}")
 
 
 def _caching_enabled_by_env() -> bool:

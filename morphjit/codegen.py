@@ -274,6 +274,7 @@ class StepWriter(Writer):
         out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
         out.line("import numpy as np")
         out.line("import numba")
+        out.line("from morphjit import vecmath as vm")
         calls = self.helpers()
         out.line("")
         out.line("")
@@ -295,6 +296,8 @@ class StepWriter(Writer):
         outputs = {id(v): v for v in self.plan.outputs}
         for key, src in self.plan.written_over.items():
             names.same_as(outputs[key], src)
+        for v, first in same_views(self.plan):
+            names.same_as(v, first)
 
     def helpers(self) -> dict[int, tuple[str, list[Var]]]:
         """Emit one function per loop nest text that occurs twice or more; the calls to make."""
@@ -322,6 +325,17 @@ class StepWriter(Writer):
                     self.out.block(text)
             calls[key] = (names[text], params)
         return calls
+
+
+def same_views(plan: Plan):
+    """Pooled values that are one view of one slot (same slot and type), each with the first such
+    value. Named alike, a loop writing in place reads and writes one array in LLVM's eyes, not two
+    whose overlap it checks at run time (the check fails, and the scalar loop runs)."""
+    first: dict = {}
+    for ins in plan.instructions:
+        for v in ins.outs:
+            if id(v) in plan.slot_of and first.setdefault((plan.slot_of[id(v)], v.type), v) is not v:
+                yield v, first[(plan.slot_of[id(v)], v.type)]
 
 
 def render(plan: Plan) -> tuple[str, list[Var]]:
