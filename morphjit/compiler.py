@@ -105,13 +105,14 @@ def compile_plan(joint: Program, timings=feedback.NO_TIMINGS):
         return make_plan(passes.optimize(lower(joint)))
 
 
-def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS) -> tuple[NativeStep, str]:
-    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry."""
+def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS, n_scalars=0) -> tuple[NativeStep, str]:
+    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry;
+    the last ``n_scalars`` inputs are run-time scalars."""
     with timings.stage("codegen"):
         source, arguments = codegen.render(plan)
     with timings.stage("load"):
         module = disk_cache.load_module(source, name_hint=hint, cache=cache)
-    return NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source
+    return NativeStep(plan, getattr(module, codegen.ENTRY), arguments, n_scalars), source
 
 
 def name_hint(fn) -> str:

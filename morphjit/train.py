@@ -260,7 +260,7 @@ class CompiledUpdate:
         slots_end = len(program.inputs) - len(scalar_names)
         updated = program.inputs[:n_params] + program.inputs[slots_end - n_slots:slots_end]
         write_in_place(plan, zip(updated, plan.outputs[1:]))
-        self.native, self.source = native_step(plan, hint, cache)
+        self.native, self.source = native_step(plan, hint, cache, n_scalars=len(scalar_names))
 
     def __call__(self, inputs: list, written: list):
         if self.native is not None:
