@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -71,6 +72,7 @@ class TrainStep:
         functools.update_wrapper(self, self.fn)
         self.optimizer, self.backend, self.cache = optimizer, backend, cache
         self._runs: dict = {}         # a call's leaf signatures -> its compiled update
+        self._compiling = threading.RLock()   # held while a new signature is checked and compiled
         self._calls = self._misses = 0
         self._shapes = StepsByShape(static_shapes)
         self._fast = None             # the generated fast path of the step called last
@@ -108,7 +110,10 @@ class TrainStep:
         key = pytree.keyed_flatten(args, leaves, leaf_signature)
         run = self._runs.get(key)
         if run is None:
-            run = self._runs[key] = self._run_for(*args)
+            with self._compiling:   # other threads calling with a new signature wait for its compilation
+                run = self._runs.get(key)
+                if run is None:
+                    run = self._runs[key] = self._run_for(*args)
         self._fast = run.fast
         updated = run.n_params + run.n_slots
         written, data_leaves = leaves[:updated], leaves[updated:]

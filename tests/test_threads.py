@@ -119,3 +119,37 @@ def test_a_call_can_run_while_another_grows_the_pool():
         for k in params:
             np.testing.assert_array_equal(got[1][k], want[1][k])
     assert sorted(w.pool_batch for w in native.idle) == [8, 64]
+
+
+def counting_traces(fn):
+    """``fn`` and a list that grows by one each time it runs (each trace)."""
+    traces = []
+
+    def counted(*args):
+        traces.append(threading.get_ident())
+        return fn(*args)
+
+    counted.__name__ = fn.__name__
+    return counted, traces
+
+
+def test_a_new_signature_called_from_eight_threads_is_traced_once():
+    fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
+    counted, traces = counting_traces(fn)
+    step = mj.compile_loss(counted, cache=False)
+    results = [None] * 8
+    run_threads(lambda i: results.__setitem__(i, step(params, x, y)), n=8)
+    assert len(traces) == 1 and step.cache_info().misses == 1
+    assert all(r[0] == results[0][0] for r in results)
+
+
+def test_a_new_training_signature_called_from_eight_threads_is_traced_once():
+    fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
+    counted, traces = counting_traces(fn)
+    step = mj.train_step(counted, mj.optim.sgd(0.1), cache=False)
+    copies = [{k: v.copy() for k, v in params.items()} for _ in range(8)]
+    states = [step.init(p) for p in copies]
+    losses = [None] * 8
+    run_threads(lambda i: losses.__setitem__(i, step(copies[i], states[i], x, y)), n=8)
+    assert len(traces) == 1 and step.cache_info().misses == 1
+    assert len(set(losses)) == 1
