@@ -11,7 +11,7 @@ from .ir import evaluate, is_symbolic
 from .plan import Plan
 
 
-VIEWS_KEPT = 64   # batch sizes whose workspace views a workspace keeps, the most recent first
+VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
 
 
 class NativeStep:

@@ -48,7 +48,7 @@ def batch_order(seed):
 @pytest.mark.parametrize("with_out", [False, True])
 def test_concurrent_calls_with_different_batch_sizes_agree_with_one_thread(with_out):
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=max(BATCHES))
-    step = mj.compile_loss(fn, cache=False)
+    step = mj.compile_loss(fn)
     expected = {n: step(params, x[:n], y[:n]) for n in BATCHES}
 
     def work(i):
@@ -65,7 +65,7 @@ def test_concurrent_calls_with_different_batch_sizes_agree_with_one_thread(with_
 
 def test_concurrent_training_steps_agree_with_one_thread():
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=max(BATCHES))
-    step = mj.train_step(fn, mj.optim.adam(1e-2), cache=False)
+    step = mj.train_step(fn, mj.optim.adam(1e-2))
 
     def train(seed):
         """Each thread trains its own copy of the parameters on its own order of batch sizes."""
@@ -85,7 +85,7 @@ def test_concurrent_training_steps_agree_with_one_thread():
 
 def test_a_step_keeps_a_workspace_per_concurrent_call_not_per_call():
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
-    step = mj.compile_loss(fn, cache=False)
+    step = mj.compile_loss(fn)
     for _ in range(5):
         step(params, x, y)
     assert len(step.steps()[0].run.idle) == 1
@@ -97,8 +97,8 @@ def test_a_call_can_run_while_another_grows_the_pool():
     """A second call (another thread, a larger batch) runs to its end while the first call's
     kernel runs: it borrows a workspace of its own instead of waiting or resizing the first's."""
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=64)
-    reference = mj.compile_loss(fn, cache=False)
-    step = mj.compile_loss(fn, cache=False)
+    reference = mj.compile_loss(fn)
+    step = mj.compile_loss(fn)
     step(params, x[:8], y[:8])
     native = step.steps()[0].run
     kernel, inner, started = native.call, [], []
@@ -136,7 +136,7 @@ def counting_traces(fn):
 def test_a_new_signature_called_from_eight_threads_is_traced_once():
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
     counted, traces = counting_traces(fn)
-    step = mj.compile_loss(counted, cache=False)
+    step = mj.compile_loss(counted)
     results = [None] * 8
     run_threads(lambda i: results.__setitem__(i, step(params, x, y)), n=8)
     assert len(traces) == 1 and step.cache_info().misses == 1
@@ -146,7 +146,7 @@ def test_a_new_signature_called_from_eight_threads_is_traced_once():
 def test_a_new_training_signature_called_from_eight_threads_is_traced_once():
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
     counted, traces = counting_traces(fn)
-    step = mj.train_step(counted, mj.optim.sgd(0.1), cache=False)
+    step = mj.train_step(counted, mj.optim.sgd(0.1))
     copies = [{k: v.copy() for k, v in params.items()} for _ in range(8)]
     states = [step.init(p) for p in copies]
     losses = [None] * 8
