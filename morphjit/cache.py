@@ -3,8 +3,9 @@
 `load_module` turns the source text rendered by codegen into a module. With caching on, the text is
 stored as ``<cache dir>/mj_<hint>_<hash>.py`` (the hash covers the text and the versions of morphjit,
 numba, numpy, llvmlite and Python), executed under a module name (registered in ``sys.modules``
-while it runs and while its dispatchers compile, so that it is released with them), and every numba dispatcher it defines keeps its machine code beside it in ``__pycache__``. A fresh
-process that renders the same text loads that machine code instead of compiling.
+only while it runs and while its dispatchers compile, so that it is released with them), and every
+numba dispatcher it defines keeps its machine code beside it in ``__pycache__``. A fresh process
+that renders the same text loads that machine code instead of compiling.
 
 Loading an entry unpickles numba's files, which can run code, so the directory must belong to the
 current user and be writable by nobody else; otherwise the cache is bypassed with a warning. Only
@@ -75,9 +76,9 @@ def load_module(source: str, *, name_hint: str = "step", cache: bool = True) -> 
 
     The source's ``@numba.njit`` decorators must be lazy (no explicit signature) for their machine
     code to be cached; `loaded_from_disk` tells, after a call, whether a dispatcher compiled. The
-    same source loaded again is executed again (its machine code then comes from the disk). Falls back to an in-memory
-    module (with a `CacheWarning`) when the cache directory cannot be written or is not private to
-    the current user.
+    same source loaded again is executed again (its machine code then comes from the disk). Falls
+    back to an in-memory module (with a `CacheWarning`) when the cache directory cannot be written
+    or is not private to the current user.
     """
     name = _module_name(source, name_hint)
     if not (cache and _caching_enabled_by_env()):
