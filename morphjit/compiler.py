@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections import OrderedDict
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
