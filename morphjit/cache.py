@@ -2,9 +2,10 @@
 
 `load_module` turns the source text rendered by codegen into a module. With caching on, the text is
 stored as ``<cache dir>/mj_<hint>_<hash>.py`` (the hash covers the text and the versions of morphjit,
-numba, numpy, llvmlite and Python), executed under a module name registered in ``sys.modules``, and
-every numba dispatcher it defines keeps its machine code beside it in ``__pycache__``. A fresh
-process that renders the same text loads that machine code instead of compiling.
+numba, numpy, llvmlite and Python), executed under a module name (registered in ``sys.modules``
+only while it runs and while its dispatchers compile, so that it is released with them), and every
+numba dispatcher it defines keeps its machine code beside it in ``__pycache__``. A fresh process
+that renders the same text loads that machine code instead of compiling.
 
 Security model. Loading numba's files unpickles them, which can run code, so:
 
@@ -52,6 +53,7 @@ import tempfile
 import threading
 import types
 import warnings
+import weakref
 from pathlib import Path
 
 import llvmlite
@@ -59,6 +61,7 @@ import numba
 import numpy
 from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile,
                                 InTreeCacheLocator)
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
 from . import vecmath
@@ -105,9 +108,9 @@ def load_module(source: str, *, name_hint: str = "step", cache: bool = True) -> 
 
     The source's ``@numba.njit`` decorators must be lazy (no explicit signature) for their machine
     code to be cached; `loaded_from_disk` tells, after a call, whether a dispatcher compiled. The
-    same source loaded again in this process returns the same module. Falls back to an in-memory
-    module (with a `CacheWarning`) when the cache directory cannot be used safely or written, or,
-    read only, does not hold the program.
+    same source loaded again is executed again (its machine code then comes from the disk). Falls
+    back to an in-memory module (with a `CacheWarning`) when the cache directory cannot be used
+    safely or written, or, read only, does not hold the program.
     """
     name = _module_name(source, name_hint)
     if not (cache and _caching_enabled_by_env()):
@@ -327,9 +330,10 @@ def _create_key(path: Path) -> None:
 
 def _module_in_memory(source: str, name: str) -> types.ModuleType:
     filename = f"<morphjit {name}>"
-    # Lets tracebacks and numba's error messages quote the generated lines.
+    # Lets tracebacks and numba's error messages quote the generated lines, while the module lives.
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     module = types.ModuleType(name)
+    weakref.finalize(module, linecache.cache.pop, filename, None)
     exec(compile(source, filename, "exec"), module.__dict__)
     return module
 
@@ -394,8 +398,9 @@ def _execute_registered(source: str, name: str, path: Path, lock,
                         store: _Store) -> types.ModuleType:
     """Run `source` as module `name` backed by `path`, with disk caching on for its dispatchers.
 
-    The module is registered before it runs because numba, loading machine code, looks the module
-    up by name to rebuild the function's globals.
+    Numba, compiling or loading machine code, looks the module up by name (to rebuild the
+    function's globals), so the module is in ``sys.modules`` while it runs and while one of its
+    dispatchers compiles, and only then: nothing keeps a module alive that its user dropped.
     """
     module = types.ModuleType(name)
     module.__file__ = str(path)
@@ -403,11 +408,30 @@ def _execute_registered(source: str, name: str, path: Path, lock,
     try:
         exec(compile(source, str(path), "exec"), module.__dict__)
         for dispatcher in _dispatchers_defined_in(module):
+            _registered_while_compiling(dispatcher, module)
             _enable_disk_caching(dispatcher, lock, store)
-    except BaseException:
+    finally:
         del sys.modules[name]
-        raise
     return module
+
+
+def _registered_while_compiling(dispatcher: Dispatcher, module: types.ModuleType) -> None:
+    """Register ``module`` in ``sys.modules`` while ``dispatcher`` compiles (under numba's compiler
+    lock, so that no other thread's compilation unregisters it meanwhile)."""
+    compile_unregistered = dispatcher.compile
+
+    @functools.wraps(compile_unregistered)
+    def compile_registered(sig):
+        with global_compiler_lock:
+            if sys.modules.get(module.__name__) is module:   # a compilation nested in another
+                return compile_unregistered(sig)
+            sys.modules[module.__name__] = module
+            try:
+                return compile_unregistered(sig)
+            finally:
+                del sys.modules[module.__name__]
+
+    dispatcher.compile = compile_registered
 
 
 def _dispatchers_defined_in(module: types.ModuleType) -> list[Dispatcher]:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -165,13 +167,39 @@ def compile_plan(joint: Program, timings=feedback.NO_TIMINGS):
         return make_plan(passes.optimize(lower(joint)))
 
 
-def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS) -> tuple[NativeStep, str]:
-    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry."""
+def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS, n_scalars=0) -> tuple[NativeStep, str]:
+    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry;
+    the last ``n_scalars`` inputs are run-time scalars."""
     with timings.stage("codegen"):
         source, arguments = codegen.render(plan)
     with timings.stage("load"):
-        module = disk_cache.load_module(source, name_hint=hint, cache=cache)
-    return NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source
+        kernel = load_kernel(source, hint, cache)
+    return NativeStep(plan, kernel, arguments, n_scalars), source
+
+
+RECENT_KERNELS = 16   # disk-cached kernels kept in memory after the last step calling them is gone
+_recent_kernels: OrderedDict = OrderedDict()   # (source, hint) -> dispatcher, the last used at the end
+_recent_lock = threading.Lock()
+
+
+def load_kernel(source: str, hint: str, cache: bool):
+    """The entry dispatcher of the module ``source``. With ``cache``, one of the `RECENT_KERNELS`
+    loaded last is reused with its machine code (a re-run notebook cell starts at once); the others
+    are released with the last step that calls them, and come back from the disk cache."""
+    key = (source, hint)
+    if cache:
+        with _recent_lock:
+            kernel = _recent_kernels.get(key)
+            if kernel is not None:
+                _recent_kernels.move_to_end(key)
+                return kernel
+    kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
+    if cache:
+        with _recent_lock:
+            _recent_kernels[key] = kernel
+            while len(_recent_kernels) > RECENT_KERNELS:
+                _recent_kernels.popitem(last=False)
+    return kernel
 
 
 def name_hint(fn) -> str:
@@ -383,6 +411,7 @@ class CompiledLoss:
         self._shapes = StepsByShape(static_shapes)
         self._hits = self._misses = 0
         self._fast = None  # the generated fast path of the signature called last
+        self._compiling = threading.RLock()   # held while a new signature is traced and compiled
 
     def __call__(self, *args, out=None, **kwargs):
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
@@ -434,12 +463,17 @@ class CompiledLoss:
         step = self._steps.get(key)
         if step is None:
             __tracebackhide__ = True  # noqa: F841
-            try:
-                step = self._steps[key] = self._step_of_shapes(args, leaves, count)
-            except BaseException as error:
-                raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
-        else:
-            self._hits += count
+            # One thread traces and compiles a new signature; others calling with it meanwhile
+            # wait for that step instead of compiling their own.
+            with self._compiling:
+                step = self._steps.get(key)
+                if step is None:
+                    try:
+                        step = self._steps[key] = self._step_of_shapes(args, leaves, count)
+                    except BaseException as error:
+                        raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
+                    return step, leaves
+        self._hits += count
         return step, leaves
 
     def _step_of_shapes(self, args, leaves, count) -> Step:

@@ -93,7 +93,8 @@ def build_morphjit_entry(wl, params, data):
     inputs = [prepare(x, dt) for x, dt in zip(leaves, native.input_dtypes)]
     outputs = [np.empty(shape, dtype) for shape, dtype in native.output_buffers]
     batch = None if native.batched is None else inputs[native.batched].shape[0]
-    arguments = (*inputs, *(native.fixed if batch is None else native.fixed_for(batch)), *outputs)
+    workspace = native.workspace()
+    arguments = (*inputs, *(workspace.fixed if batch is None else workspace.fixed_for(batch)), *outputs)
     entry = native.call
 
     def call():

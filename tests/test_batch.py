@@ -134,13 +134,13 @@ def test_the_pool_grows_to_the_largest_batch_and_is_reused():
     fn, args = MODELS["mlp2"](np.float64, batch=64)
     step = mj.compile_loss(fn)
     step(*args)
-    native = step.steps()[0].run
-    pool = native.pool
+    [workspace] = step.steps()[0].run.idle
+    pool = workspace.pool
     for n in (1, 17, 64):
         step(*MODELS["mlp2"](np.float64, batch=n)[1])
-        assert native.pool is pool and native.pool_batch == 64
+        assert workspace.pool is pool and workspace.pool_batch == 64
     step(*MODELS["mlp2"](np.float64, batch=100)[1])
-    assert native.pool_batch == 100 and native.pool is not pool
+    assert workspace.pool_batch == 100 and workspace.pool is not pool
 
 
 CHILD = textwrap.dedent("""
