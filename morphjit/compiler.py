@@ -215,9 +215,11 @@ def data_arrays(leaves, wrt) -> list[int]:
 
 def batched_leaves(leaves, wrt) -> frozenset[int]:
     """The data leaves whose leading extent is the batch size: that of the first data array.
-    A data array with another leading extent keeps it concrete."""
+    A data array with another leading extent keeps it concrete. A batch of one is traced with
+    concrete shapes: NumPy gives an extent of 1 a meaning of its own (``squeeze()`` drops it,
+    broadcasting stretches it), which a symbolic batch size, taken to be another, would lose."""
     data = data_arrays(leaves, wrt)
-    if not data:
+    if not data or leaves[data[0]].shape[0] == 1:
         return frozenset()
     batch = leaves[data[0]].shape[0]
     return frozenset(k for k in data if leaves[k].shape[0] == batch)

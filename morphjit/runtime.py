@@ -297,8 +297,10 @@ def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | Non
         trailing = "".join(f" or s[{i}] != {d}" for i, d in enumerate(shape[1:], 1))
         lines = [f"    if type({name}) is not ndarray or {name}.dtype is not D{k}: return None",
                  f"    s = {name}.shape",
-                 f"    if len(s) != {len(shape)}{trailing}: return None",
-                 "    B = s[0]" if batch == "define" else "    if s[0] != B: return None"]
+                 f"    if len(s) != {len(shape)}{trailing}: return None"]
+        # A batch of one has a step of its own (compiler.batched_leaves).
+        lines += (["    B = s[0]", "    if B == 1: return None"] if batch == "define"
+                  else ["    if s[0] != B: return None"])
     if written:
         lines.append(f"    if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
     else:
