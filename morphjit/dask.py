@@ -134,9 +134,19 @@ def compiled_loss(shipped: Shipped) -> CompiledLoss:
             problem = mismatch(shipped.versions, versions())
             if problem:
                 raise VersionMismatch(f"this worker runs {problem}; install the client's versions")
-            fn = cloudpickle.loads(shipped.payload)
+            fn = unpickled(shipped.payload)
             loss = _compiled[shipped.token] = compile_loss(fn, static_shapes=shipped.static_shapes)
         return loss
+
+
+def unpickled(payload: bytes):
+    try:
+        return cloudpickle.loads(payload)
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"this worker cannot import {error.name!r}, where the loss function is defined; define it in "
+            f"your script or notebook (shipped by value), install that module on the workers, or call "
+            f"cloudpickle.register_pickle_by_value({error.name}) on the client") from error
 
 
 def worker_cache_info(token: str):
