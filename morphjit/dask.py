@@ -20,7 +20,6 @@ the same arithmetic in the same order, so the result does not change.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import math
 import threading
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from . import pytree
 from .compiler import CompiledLoss, compile_loss
 from .errors import MorphjitError
 from .optim import Optimizer
+from .train import TrainStep, train_step
 
 REDUCTIONS = ("mean", "sum")
 VERSIONED = ("morphjit", "numba", "numpy")
@@ -126,17 +126,27 @@ _compiled: dict = {}              # on a worker: (token, kind) -> compiled loss 
 _compiled_lock = threading.Lock()
 
 
-def compiled_loss(shipped: Shipped) -> CompiledLoss:
-    """This process's compiled loss for ``shipped``: made once, then reused for every chunk."""
+def compiled(shipped: Shipped, key, make):
+    """This process's ``make(fn)`` of the shipped function under ``key``: made once (after the
+    version check), then reused for every chunk and step."""
     with _compiled_lock:
-        loss = _compiled.get(shipped.token)
-        if loss is None:
+        made = _compiled.get(key)
+        if made is None:
             problem = mismatch(shipped.versions, versions())
             if problem:
                 raise VersionMismatch(f"this worker runs {problem}; install the client's versions")
-            fn = unpickled(shipped.payload)
-            loss = _compiled[shipped.token] = compile_loss(fn, static_shapes=shipped.static_shapes)
-        return loss
+            made = _compiled[key] = make(unpickled(shipped.payload))
+        return made
+
+
+def compiled_loss(shipped: Shipped) -> CompiledLoss:
+    return compiled(shipped, shipped.token, lambda fn: compile_loss(fn, static_shapes=shipped.static_shapes))
+
+
+def compiled_train_step(shipped: Shipped, optimizer: Optimizer) -> TrainStep:
+    """The learning rate is passed at each call, so optimisers differing only in it share a step."""
+    return compiled(shipped, (shipped.token, optimizer.key()),
+                    lambda fn: train_step(fn, optimizer, static_shapes=shipped.static_shapes))
 
 
 def unpickled(payload: bytes):
@@ -360,6 +370,32 @@ def apply_update(optimizer: Optimizer, replica, averaged):
     return new_params, new_slots, step + 1
 
 
+def local_part(shipped: Shipped, optimizer: Optimizer, replica, treedef, weight, seed, shard, batch_size,
+               local_steps, *blocks):
+    """A replica after ``local_steps`` training steps on its shard's minibatches, as a part: the
+    weighted mean loss, and the weighted parameters and optimiser slots (the replica's own arrays
+    are left as they are: they are a task's result)."""
+    train = compiled_train_step(shipped, optimizer)
+    leaves, slots, first = replica
+    copied = lambda arrays: pytree.unflatten(treedef, [np.array(x, copy=True) for x in arrays])  # noqa: E731
+    params = copied(leaves)
+    state = {"step": np.array(first, np.int64), **{name: copied(slots[name]) for name in optimizer.slots}}
+    losses = []
+    for step in range(first, first + local_steps):
+        rows = minibatch_rows(seed, shard, step, len(blocks[0]), batch_size)
+        batch = blocks if rows is None else [b[rows] for b in blocks]
+        losses.append(float(train(params, state, *batch, lr=optimizer.learning_rate(step))))
+    arrays = pytree.flatten(params)[0] + [x for name in optimizer.slots for x in pytree.flatten(state[name])[0]]
+    return weight * float(np.mean(losses)), [np.asarray(x * x.dtype.type(weight)) for x in arrays]
+
+
+def averaged_replica(averaged, slot_names, step):
+    """The replica made of an averaged part of ``local_part``s."""
+    arrays = averaged[1]
+    n = len(arrays) // (1 + len(slot_names))
+    return arrays[:n], {name: arrays[n * (i + 1):n * (i + 2)] for i, name in enumerate(slot_names)}, step
+
+
 def loss_of(part) -> float:
     return part[0]
 
@@ -368,12 +404,16 @@ class DataParallel:
     """Data-parallel training; see ``data_parallel``."""
 
     def __init__(self, loss, optimizer, params, data, batch_size=None, seed=0, client=None, shards=None,
-                 checkpoint_every=100):
+                 checkpoint_every=100, local_steps=1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"optimizer must come from mj.optim, got {type(optimizer).__name__}")
+        for name, value in (("local_steps", local_steps), ("checkpoint_every", checkpoint_every)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         self.client = connected_client(client)
         self.shipped, self.optimizer = Shipped.of(loss), optimizer
         self.batch_size, self.seed, self.checkpoint_every = batch_size, seed, checkpoint_every
+        self.local_steps, self.rounds = local_steps, 0
         data = check_data(data)
         workers = list(self.client.scheduler_info()["workers"])
         n = shards or len(workers)
@@ -402,21 +442,44 @@ class DataParallel:
     def batch_rows(self, shard: int) -> int:
         return self.shard_rows[shard] if self.batch_size is None else min(self.batch_size, self.shard_rows[shard])
 
+    def weights(self) -> list[float]:
+        """Each shard's share of a step's rows."""
+        rows = [self.batch_rows(r) for r in range(len(self.shards))]
+        return [n / sum(rows) for n in rows]
+
     def step(self) -> float:
-        """One step: gradients of every shard's minibatch, averaged (weighted by rows) by a tree
-        reduction, then the same update applied by every replica. Returns the averaged loss."""
-        total = sum(self.batch_rows(r) for r in range(len(self.shards)))
-        parts = [self.client.submit(replica_part, self._shipped, replica, self.treedef, self.batch_rows(r) / total,
-                                    self.seed, r, self.step_count, self.batch_size, *shard, pure=False)
-                 for r, (replica, shard) in enumerate(zip(self.replicas, self.shards))]
+        """One step (``local_steps`` steps with local SGD); returns the loss averaged over the
+        shards' minibatches (and over the local steps)."""
+        averaged = self._local_round() if self.local_steps > 1 else self._averaged_gradients_step()
+        value = self.client.submit(loss_of, averaged, pure=False).result()
+        self.rounds += 1
+        self.step_count += self.local_steps
+        if self.rounds % self.checkpoint_every == 0:
+            self.checkpoint()
+        return value
+
+    def _averaged_gradients_step(self):
+        """Gradients of every shard's minibatch, averaged by a tree reduction, then the same update
+        applied by every replica."""
+        parts = [self.client.submit(replica_part, self._shipped, replica, self.treedef, weight, self.seed, r,
+                                    self.step_count, self.batch_size, *shard, pure=False)
+                 for r, (replica, shard, weight) in enumerate(zip(self.replicas, self.shards, self.weights()))]
         averaged = tree_sum(self.client, parts, 8)
         self.replicas = [self.client.submit(apply_update, self.optimizer, replica, averaged, pure=False)
                          for replica in self.replicas]
-        value = self.client.submit(loss_of, averaged, pure=False).result()
-        self.step_count += 1
-        if self.step_count % self.checkpoint_every == 0:
-            self.checkpoint()
-        return value
+        return averaged
+
+    def _local_round(self):
+        """Every replica trains ``local_steps`` steps on its own minibatches; then parameters and
+        optimiser slots are averaged (weighted by rows) and every replica continues from that."""
+        parts = [self.client.submit(local_part, self._shipped, self.optimizer, replica, self.treedef, weight,
+                                    self.seed, r, self.batch_size, self.local_steps, *shard, pure=False)
+                 for r, (replica, shard, weight) in enumerate(zip(self.replicas, self.shards, self.weights()))]
+        averaged = tree_sum(self.client, parts, 8)
+        replica = self.client.submit(averaged_replica, averaged, self.optimizer.slots,
+                                     self.step_count + self.local_steps, pure=False)
+        self.replicas = [replica] * len(self.shards)
+        return averaged
 
     def checkpoint(self) -> None:
         """Fetch every replica, check they are identical, and start the replicas afresh from the
@@ -450,7 +513,7 @@ class DataParallel:
 
 
 def data_parallel(loss, optimizer, params, *data, batch_size=None, seed=0, client=None, shards=None,
-                  checkpoint_every=100) -> DataParallel:
+                  checkpoint_every=100, local_steps=1) -> DataParallel:
     """Data-parallel training of ``params`` on ``data`` (Dask arrays) with ``optimizer``.
 
     The rows are cut into ``shards`` (default: one per worker), each held in memory by a worker
@@ -460,5 +523,11 @@ def data_parallel(loss, optimizer, params, *data, batch_size=None, seed=0, clien
     workers; every replica applies the same update, so the replicas stay identical (checked every
     ``checkpoint_every`` steps and whenever ``params`` is read). The result equals one process
     training on the concatenation of the minibatches, to rounding.
+
+    ``local_steps > 1`` is local SGD: each ``step()`` lets every replica run that many
+    ``mj.train_step`` steps on its own minibatches, then averages the parameters and optimiser
+    slots (weighted by rows). It communicates ``local_steps`` times less often; the replicas drift
+    apart between averages, so it no longer equals large-batch training and may need more steps.
     """
-    return DataParallel(loss, optimizer, params, data, batch_size, seed, client, shards, checkpoint_every)
+    return DataParallel(loss, optimizer, params, data, batch_size, seed, client, shards, checkpoint_every,
+                        local_steps)

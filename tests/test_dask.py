@@ -269,3 +269,49 @@ def test_training_survives_a_killed_worker(two_workers):
         trainer.step()
     expected, _ = single_process(logistic, optimizer, params, concatenated_minibatches(trainer, x, y, 6))
     assert_same(trainer.params, expected)
+
+
+def local_sgd_reference(fn, optimizer, params, trainer, x, y, rounds):
+    """Local SGD in one process: each shard trains ``local_steps`` steps from the common
+    parameters and state, then both are averaged, weighted by rows."""
+    step = mj.train_step(fn, optimizer)
+    starts = np.cumsum((0,) + trainer.shard_rows)
+    weights = trainer.weights()
+    params, state = {k: v.copy() for k, v in params.items()}, step.init(params)
+    for round_ in range(rounds):
+        first = round_ * trainer.local_steps
+        replicas = []
+        for shard, (start, n) in enumerate(zip(starts, trainer.shard_rows)):
+            p, s = {k: v.copy() for k, v in params.items()}, {k: (v.copy() if k == "step" else {
+                name: a.copy() for name, a in v.items()}) for k, v in state.items()}
+            for k in range(first, first + trainer.local_steps):
+                rows = start + mjd.minibatch_rows(trainer.seed, shard, k, n, trainer.batch_size)
+                step(p, s, x[rows], y[rows])
+            replicas.append((p, s))
+        average = lambda arrays: np.array(sum(w * a for w, a in zip(weights, arrays)))  # noqa: E731
+        params = {k: average([p[k] for p, _ in replicas]) for k in params}
+        state = {"step": replicas[0][1]["step"],
+                 **{slot: {k: average([s[slot][k] for _, s in replicas]) for k in params} for slot in optimizer.slots}}
+    return params
+
+
+def test_local_sgd_averages_parameters_and_state_every_local_steps(client):
+    params, x, y = problem()
+    optimizer = mj.optim.sgd(0.1, momentum=0.9)
+    trainer = mjd.data_parallel(logistic, optimizer, params, da.from_array(x), da.from_array(y),
+                                batch_size=50, local_steps=4, shards=3)
+    losses = [trainer.step() for _ in range(3)]
+    assert int(trainer.state["step"]) == 12 and all(np.isfinite(losses))
+    assert_same(trainer.params, local_sgd_reference(logistic, optimizer, params, trainer, x, y, rounds=3))
+
+
+def test_a_worker_that_cannot_import_the_loss_says_what_to_do(client):
+    module = type(sys)("module_only_the_client_has")
+    exec("import morphjit as mj\ndef loss(params, x):\n    return mj.sum(x @ params)\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        shipped = mjd.Shipped.of(module.loss)                     # pickled by reference to the module
+    finally:
+        del sys.modules[module.__name__]
+    with pytest.raises(ModuleNotFoundError, match="cannot import 'module_only_the_client_has'.*register_pickle_by_value"):
+        client.submit(mjd.compiled_loss, shipped).result()
