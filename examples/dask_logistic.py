@@ -48,12 +48,12 @@ def mlp_loss(params, x, y):
 
 
 def synthetic(rows, features, chunk, seed=0):
-    """Made on the workers and kept there: the data never pass through this process."""
+    """Made on the workers (by mj.dask.dataset_loss, which keeps them there)."""
     rng = da.random.default_rng(seed)
     x = rng.standard_normal((rows, features), chunks=(chunk, features))
     true_w = np.linspace(-1, 1, features)
     y = (rng.random(rows, chunks=chunk) < 1 / (1 + da.exp(-(x @ true_w + 0.5)))).astype(np.float64)
-    return x.persist(), y.persist()
+    return x, y
 
 
 def lbfgs(objective, x0):
@@ -68,14 +68,15 @@ def fit_logistic(client, rows, features, chunk, compare_dask_ml):
     x, y = synthetic(rows, features, chunk)
     loss_fn = make_logistic_loss(rows)
     start = {"w": np.zeros(features), "b": np.zeros(())}
-    objective = mj.dask.dataset_loss(loss_fn, x, y).scipy_objective(start)
+    full = mj.dask.dataset_loss(loss_fn, x, y)          # x, y computed into the workers' memory
+    objective = full.scipy_objective(start)
     fit, dask_s = lbfgs(objective, objective.x0)
     fitted = objective.params(fit.x)
     print(f"mj.dask, {len(client.scheduler_info()['workers'])} workers: {fit.nit} L-BFGS iterations, "
           f"{fit.nfev} evaluations, {dask_s:.2f} s ({dask_s / fit.nfev * 1e3:.0f} ms per evaluation), "
           f"loss {fit.fun:.6f}")
 
-    local_x, local_y = x.compute(), y.compute()          # only for the one-process comparison
+    local_x, local_y = (a.compute() for a in full.arrays())   # only for the one-process comparison
     local_loss = mj.compile_loss(loss_fn)
     flat = mj.dask.FlatParams(start)
 
@@ -90,7 +91,7 @@ def fit_logistic(client, rows, features, chunk, compare_dask_ml):
     result = {"w": fitted["w"], "b": float(fitted["b"]), "local_diff": diff, "evaluations": fit.nfev,
               "dask_s_per_eval": dask_s / fit.nfev, "local_s_per_eval": local_s / local_fit.nfev}
     if compare_dask_ml:
-        result.update(fit_dask_ml(x, y, fitted))
+        result.update(fit_dask_ml(*full.arrays(), fitted))     # the same chunks, held once
     return result
 
 

@@ -30,7 +30,6 @@ try:
     import cloudpickle
     import dask.array as da
     import distributed
-    from dask.core import flatten as flatten_keys
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("mj.dask needs dask and distributed: pip install 'morphjit[dask]'") from error
 
@@ -228,14 +227,17 @@ def aligned(data, row_chunks) -> list:
     return [x.rechunk((row_chunks,) + tuple(-1 for _ in x.shape[1:])) for x in data]
 
 
-def block_futures(client, arrays) -> list[list]:
-    """Persist the arrays on the cluster; per chunk of rows, the futures of each array's block."""
-    persisted = client.persist(arrays)
-    columns = []
-    for x in persisted:
-        by_key = {f.key: f for f in distributed.futures_of(x)}
-        columns.append([by_key[key] for key in flatten_keys(x.__dask_keys__())])
-    return [list(row) for row in zip(*columns)]
+def placed_blocks(client, arrays) -> list[list]:
+    """Per chunk of rows, futures of each array's block, computed on the worker with the fewest
+    rows so far (Dask alone may put 6 of 10 equal chunks on one of 2 workers); a worker that dies
+    leaves its chunks free to be recomputed elsewhere."""
+    load = dict.fromkeys(client.scheduler_info()["workers"], 0)
+    placed = []
+    for i, rows in enumerate(arrays[0].chunks[0]):
+        worker = min(load, key=load.get)
+        load[worker] += rows
+        placed.append(client.compute([x.blocks[i] for x in arrays], workers=[worker], allow_other_workers=True))
+    return placed
 
 
 class DatasetLoss:
@@ -252,8 +254,16 @@ class DatasetLoss:
         data = check_data(data)
         self.rows = data[0].shape[0]
         self.chunk_rows = data[0].chunks[0]
-        self.blocks = block_futures(self.client, aligned(data, self.chunk_rows))
+        self._meta = [(x.shape[1:], x.dtype) for x in data]
+        self.blocks = placed_blocks(self.client, aligned(data, self.chunk_rows))
         self._shipped = ship(self.client, self.shipped)
+
+    def arrays(self) -> list:
+        """The data as Dask arrays over the chunks held on the workers, for other computations on
+        the same data without a second copy."""
+        return [da.concatenate([da.from_delayed(blocks[k], (rows,) + shape, dtype)
+                                for rows, blocks in zip(self.chunk_rows, self.blocks)])
+                for k, (shape, dtype) in enumerate(self._meta)]
 
     def weight(self, rows: int) -> float:
         return rows / self.rows if self.reduction == "mean" else 1.0
@@ -290,8 +300,10 @@ def dataset_loss(loss, *data, reduction="mean", client=None, split_every=8) -> D
     rows of its batch, plus terms that do not depend on the rows, like a penalty on the
     parameters: chunk results are weighted by their rows over the total) or ``"sum"`` (a sum
     over rows: chunk results are added; a penalty would be counted once per chunk). The data are
-    persisted on the workers once; each call sends the parameters once and returns only the loss
-    and gradients. ``split_every`` chunk results are added per reduction task.
+    computed once into the workers' memory, the chunks spread evenly by rows (a copy if they were
+    persisted already: pass them unpersisted to hold them once); each call sends the parameters
+    once and returns only the loss and gradients. ``split_every`` chunk results are added per
+    reduction task.
     """
     return DatasetLoss(loss, data, reduction, client, split_every)
 
@@ -415,25 +427,15 @@ class DataParallel:
         self.batch_size, self.seed, self.checkpoint_every = batch_size, seed, checkpoint_every
         self.local_steps, self.rounds = local_steps, 0
         data = check_data(data)
-        workers = list(self.client.scheduler_info()["workers"])
-        n = shards or len(workers)
+        n = shards or len(self.client.scheduler_info()["workers"])
         size = -(-data[0].shape[0] // n)
         self.shard_rows = tuple(min(size, data[0].shape[0] - r * size) for r in range(n))
-        self.shards = self._place_shards(aligned(data, self.shard_rows), workers)
+        self.shards = placed_blocks(self.client, aligned(data, self.shard_rows))
         leaves, self.treedef = pytree.flatten(params)
         self._shipped = ship(self.client, self.shipped)
         self.step_count = 0
         self._seed_replicas(([np.array(x, copy=True) for x in leaves],
                              {name: [np.zeros_like(x) for x in leaves] for name in optimizer.slots}, 0))
-
-    def _place_shards(self, arrays, workers) -> list[list]:
-        """Shard r's blocks computed on worker r (round robin), free to move if it dies."""
-        shards = []
-        for r in range(len(self.shard_rows)):
-            blocks = [x.blocks[r] for x in arrays]
-            shards.append(self.client.compute(blocks, workers=[workers[r % len(workers)]],
-                                              allow_other_workers=True))
-        return shards
 
     def _seed_replicas(self, replica) -> None:
         """Every shard's replica made from ``replica`` (a task: recomputable if a worker dies)."""

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -77,6 +78,17 @@ def test_uneven_chunks_give_the_single_process_result(client, fn, reduction):
     assert value == pytest.approx(expected_value, rel=1e-12, abs=1e-12)
     assert_same(grads, expected_grads)
     assert grads["b"].shape == () and grads["w"].shape == (5,)
+    held_x, held_y = loss.arrays()                        # the chunks on the workers, in order
+    np.testing.assert_array_equal(held_x.compute(), x)
+    np.testing.assert_array_equal(held_y.compute(), y)
+
+
+def test_chunks_are_spread_evenly_over_the_workers(client):
+    params, x, y = problem(rows=1000)
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
+    distributed.wait([block for blocks in loss.blocks for block in blocks])
+    where = client.who_has([blocks[0] for blocks in loss.blocks])
+    assert sorted(Counter(workers[0] for workers in where.values()).values()) == [5, 5]
 
 
 def test_each_worker_compiles_at_most_once(client):
