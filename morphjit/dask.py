@@ -101,7 +101,7 @@ class Shipped:
     named by a token (the hash of its bytes and compile options)."""
 
     payload: bytes
-    static_shapes: bool
+    options: dict       # compile_loss's keyword arguments: backend, cache, static_shapes
     versions: dict
     token: str
 
@@ -111,14 +111,15 @@ class Shipped:
             if loss.argnums != 0:
                 raise ValueError("mj.dask differentiates the first argument (params); compile the "
                                  "loss with argnums=0")
-            fn, static = loss.fn, loss._shapes.static_shapes
+            fn = loss.fn
+            options = {"backend": loss.backend, "cache": loss.cache, "static_shapes": loss._shapes.static_shapes}
         elif callable(loss):
-            fn, static = loss, False
+            fn, options = loss, {}
         else:
             raise TypeError(f"loss must be a function or mj.compile_loss of one, got {type(loss).__name__}")
         payload = cloudpickle.dumps(fn)
-        token = hashlib.sha256(payload + repr(static).encode()).hexdigest()[:24]
-        return cls(payload, static, versions(), token)
+        token = hashlib.sha256(payload + repr(sorted(options.items())).encode()).hexdigest()[:24]
+        return cls(payload, options, versions(), token)
 
 
 _compiled: dict = {}              # on a worker: (token, kind) -> compiled loss or optimiser state
@@ -139,13 +140,13 @@ def compiled(shipped: Shipped, key, make):
 
 
 def compiled_loss(shipped: Shipped) -> CompiledLoss:
-    return compiled(shipped, shipped.token, lambda fn: compile_loss(fn, static_shapes=shipped.static_shapes))
+    return compiled(shipped, shipped.token, lambda fn: compile_loss(fn, **shipped.options))
 
 
 def compiled_train_step(shipped: Shipped, optimizer: Optimizer) -> TrainStep:
     """The learning rate is passed at each call, so optimisers differing only in it share a step."""
     return compiled(shipped, (shipped.token, optimizer.key()),
-                    lambda fn: train_step(fn, optimizer, static_shapes=shipped.static_shapes))
+                    lambda fn: train_step(fn, optimizer, **shipped.options))
 
 
 def unpickled(payload: bytes):

@@ -106,6 +106,21 @@ def test_each_worker_compiles_at_most_once(client):
     assert infos and all(info.misses == 1 and len(info.signatures) == 1 for info in infos)
 
 
+def worker_backends(token):
+    return mjd._compiled[token].backend if token in mjd._compiled else None
+
+
+def test_compile_options_travel_with_the_loss(client):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(mj.compile_loss(logistic, backend="interp"), da.from_array(x, chunks=500),
+                            da.from_array(y, chunks=500))
+    value, grads = loss(params)
+    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12)
+    assert_same(grads, expected_grads)
+    assert set(client.run(worker_backends, loss.shipped.token).values()) - {None} == {"interp"}
+
+
 def test_scipy_lbfgs_matches_the_single_process_fit(client):
     params, x, y = problem()
     objective = mjd.dataset_loss(logistic, da.from_array(x, chunks=300), da.from_array(y, chunks=300)

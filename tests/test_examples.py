@@ -99,7 +99,7 @@ def test_script_runs_from_the_command_line(tmp_path):
 
 def test_dask_logistic_fits_on_a_cluster_as_in_one_process(load):
     pytest.importorskip("distributed", reason="mj.dask needs dask and distributed: pip install 'morphjit[dask]'")
-    result = load("dask_logistic").main(rows=20_000, chunk=6_000, digits_steps=150, compare_dask_ml=False)
+    result = load("dask_logistic").main(rows=20_000, chunk=6_000, digits_steps=100, compare_dask_ml=False)
     logistic, digits = result["logistic"], result["digits"]
     assert logistic["local_diff"] < 1e-6                         # the same fit as in one process
     assert np.abs(logistic["w"] - np.linspace(-1, 1, 16)).max() < 0.15 and abs(logistic["b"] - 0.5) < 0.1
