@@ -229,15 +229,19 @@ def aligned(data, row_chunks) -> list:
 
 
 def placed_blocks(client, arrays) -> list[list]:
-    """Per chunk of rows, futures of each array's block, computed on the worker with the fewest
-    rows so far (Dask alone may put 6 of 10 equal chunks on one of 2 workers); a worker that dies
-    leaves its chunks free to be recomputed elsewhere."""
+    """Per chunk of rows, futures of each array's block on the worker with the fewest rows so far
+    (Dask alone may put 6 of 10 equal chunks on one of 2 workers); a worker that dies leaves its
+    chunks free to be recomputed elsewhere. The arrays are computed in one graph first, so the
+    per-chunk tasks only take blocks already in memory."""
+    persisted = client.persist(arrays)
+    distributed.wait(persisted)
     load = dict.fromkeys(client.scheduler_info()["workers"], 0)
     placed = []
     for i, rows in enumerate(arrays[0].chunks[0]):
         worker = min(load, key=load.get)
         load[worker] += rows
-        placed.append(client.compute([x.blocks[i] for x in arrays], workers=[worker], allow_other_workers=True))
+        placed.append(client.compute([x.blocks[i] for x in persisted], workers=[worker], allow_other_workers=True))
+    distributed.wait(placed)
     return placed
 
 
@@ -453,13 +457,22 @@ class DataParallel:
     def step(self) -> float:
         """One step (``local_steps`` steps with local SGD); returns the loss averaged over the
         shards' minibatches (and over the local steps)."""
+        return self._submit_step().result()
+
+    def run(self, steps: int) -> list[float]:
+        """``steps`` calls of ``step`` submitted together: Dask runs them back to back, without a
+        round trip to the client per step; returns their losses."""
+        return self.client.gather([self._submit_step() for _ in range(steps)])
+
+    def _submit_step(self):
+        """Submit one step's tasks; a future of its loss."""
         averaged = self._local_round() if self.local_steps > 1 else self._averaged_gradients_step()
-        value = self.client.submit(loss_of, averaged, pure=False).result()
+        loss = self.client.submit(loss_of, averaged, pure=False)
         self.rounds += 1
         self.step_count += self.local_steps
         if self.rounds % self.checkpoint_every == 0:
             self.checkpoint()
-        return value
+        return loss
 
     def _averaged_gradients_step(self):
         """Gradients of every shard's minibatch, averaged by a tree reduction, then the same update

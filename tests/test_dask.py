@@ -266,7 +266,7 @@ def test_data_parallel_equals_one_process_on_the_concatenated_minibatches(client
     params, x, y = problem()
     trainer = mjd.data_parallel(logistic, optimizer, params, da.from_array(x), da.from_array(y),
                                 batch_size=batch_size, shards=3, checkpoint_every=2)
-    losses = [trainer.step() for _ in range(5)]
+    losses = trainer.run(3) + [trainer.step() for _ in range(2)]      # a checkpoint inside run
     expected, expected_losses = single_process(logistic, optimizer, params,
                                                concatenated_minibatches(trainer, x, y, 5))
     np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
