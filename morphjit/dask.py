@@ -168,10 +168,23 @@ def worker_cache_info(token: str):
 # ---------------------------------------------------------------------------------------------
 # Tasks (run on the workers); a part is (weighted loss, list of weighted gradient leaves)
 
-def chunk_part(shipped: Shipped, params, weight: float, *blocks):
-    """The loss and gradients of one chunk, times ``weight``."""
-    value, grads = compiled_loss(shipped)(params, *blocks)
-    return weight * float(value), [np.asarray(g * g.dtype.type(weight)) for g in pytree.flatten(grads)[0]]
+ROWS_PER_CALL = 8192
+
+
+def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, *blocks):
+    """The loss and gradients of one chunk, each piece of ``rows_per_call`` rows weighted by its
+    rows times ``row_weight`` (a mean-type loss), or added (``None``: a sum over rows). Pieces
+    that fit in the cache are read from memory once for the forward and backward passes."""
+    loss = compiled_loss(shipped)
+    rows = len(blocks[0])
+    step = rows_per_call or rows
+    parts = []
+    for start in range(0, max(rows, 1), step):
+        piece = [b[start:start + step] for b in blocks]
+        weight = 1.0 if row_weight is None else len(piece[0]) * row_weight
+        value, grads = loss(params, *piece)
+        parts.append((weight * float(value), [np.asarray(g * g.dtype.type(weight)) for g in pytree.flatten(grads)[0]]))
+    return add_parts(*parts)
 
 
 def add_parts(*parts):
@@ -248,14 +261,14 @@ def placed_blocks(client, arrays) -> list[list]:
 class DatasetLoss:
     """The loss and gradients of ``loss`` over data held as Dask arrays; see ``dataset_loss``."""
 
-    def __init__(self, loss, data, reduction="mean", client=None, split_every=8):
+    def __init__(self, loss, data, reduction="mean", client=None, split_every=8, rows_per_call=ROWS_PER_CALL):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
         if not isinstance(split_every, int) or split_every < 2:
             raise ValueError(f"split_every must be an integer >= 2, got {split_every!r}")
         self.client = connected_client(client)
         self.shipped = Shipped.of(loss)
-        self.reduction, self.split_every = reduction, split_every
+        self.reduction, self.split_every, self.rows_per_call = reduction, split_every, rows_per_call
         data = check_data(data)
         self.rows = data[0].shape[0]
         self.chunk_rows = data[0].chunks[0]
@@ -270,14 +283,13 @@ class DatasetLoss:
                                 for rows, blocks in zip(self.chunk_rows, self.blocks)])
                 for k, (shape, dtype) in enumerate(self._meta)]
 
-    def weight(self, rows: int) -> float:
-        return rows / self.rows if self.reduction == "mean" else 1.0
-
     def submit(self, params):
         """A future of ``(loss, gradient leaves)``; the parameters travel to the cluster once."""
         params_future = self.client.submit(identity, params, pure=False)
-        parts = [self.client.submit(chunk_part, self._shipped, params_future, self.weight(n), *blocks, pure=False)
-                 for n, blocks in zip(self.chunk_rows, self.blocks)]
+        row_weight = 1 / self.rows if self.reduction == "mean" else None
+        parts = [self.client.submit(chunk_part, self._shipped, params_future, row_weight, self.rows_per_call, *blocks,
+                                    pure=False)
+                 for blocks in self.blocks]
         return tree_sum(self.client, parts, self.split_every)
 
     def __call__(self, params):
@@ -297,7 +309,8 @@ class DatasetLoss:
         return self.client.run(worker_cache_info, self.shipped.token)
 
 
-def dataset_loss(loss, *data, reduction="mean", client=None, split_every=8) -> DatasetLoss:
+def dataset_loss(loss, *data, reduction="mean", client=None, split_every=8,
+                 rows_per_call=ROWS_PER_CALL) -> DatasetLoss:
     """``loss(params, *data)`` over the whole of ``data`` (Dask arrays sharing their leading
     axis), computed chunk by chunk on the cluster.
 
@@ -308,9 +321,10 @@ def dataset_loss(loss, *data, reduction="mean", client=None, split_every=8) -> D
     computed once into the workers' memory, the chunks spread evenly by rows (a copy if they were
     persisted already: pass them unpersisted to hold them once); each call sends the parameters
     once and returns only the loss and gradients. ``split_every`` chunk results are added per
-    reduction task.
+    reduction task. A worker runs the compiled step on ``rows_per_call`` rows of a chunk at a time
+    (None: the whole chunk), so that the forward and backward passes find them in the cache.
     """
-    return DatasetLoss(loss, data, reduction, client, split_every)
+    return DatasetLoss(loss, data, reduction, client, split_every, rows_per_call)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,12 +378,12 @@ def minibatch_rows(seed: int, shard: int, step: int, rows: int, batch_size: int 
     return np.sort(np.random.default_rng([seed, shard, step]).choice(rows, batch_size, replace=False))
 
 
-def replica_part(shipped: Shipped, replica, treedef, weight, seed, shard, step, batch_size, *blocks):
+def replica_part(shipped: Shipped, replica, treedef, row_weight, seed, shard, step, batch_size, *blocks):
     """A replica's weighted loss and gradients on its shard's minibatch of ``step``."""
     rows = minibatch_rows(seed, shard, step, len(blocks[0]), batch_size)
     if rows is not None:
         blocks = [b[rows] for b in blocks]
-    return chunk_part(shipped, pytree.unflatten(treedef, replica[0]), weight, *blocks)
+    return chunk_part(shipped, pytree.unflatten(treedef, replica[0]), row_weight, ROWS_PER_CALL, *blocks)
 
 
 def apply_update(optimizer: Optimizer, replica, averaged):
@@ -477,9 +491,10 @@ class DataParallel:
     def _averaged_gradients_step(self):
         """Gradients of every shard's minibatch, averaged by a tree reduction, then the same update
         applied by every replica."""
-        parts = [self.client.submit(replica_part, self._shipped, replica, self.treedef, weight, self.seed, r,
+        row_weight = 1 / sum(self.batch_rows(r) for r in range(len(self.shards)))
+        parts = [self.client.submit(replica_part, self._shipped, replica, self.treedef, row_weight, self.seed, r,
                                     self.step_count, self.batch_size, *shard, pure=False)
-                 for r, (replica, shard, weight) in enumerate(zip(self.replicas, self.shards, self.weights()))]
+                 for r, (replica, shard) in enumerate(zip(self.replicas, self.shards))]
         averaged = tree_sum(self.client, parts, 8)
         self.replicas = [self.client.submit(apply_update, self.optimizer, replica, averaged, pure=False)
                          for replica in self.replicas]

@@ -2,6 +2,10 @@
 LocalCluster against morphjit in one process and dask-glm (what dask-ml's LogisticRegression
 runs) on the same cluster; then the break-even size, below which one process is faster.
 
+mj.dask's workers run the compiled step on ``ROWS_PER_CALL``-row pieces of their chunks (so the
+forward and backward passes find the rows in the cache); one process is timed both in one call
+over all rows and in pieces of the same size, to tell that gain from the distribution's.
+
 The data set is ``rows`` x ``features`` float64, labels in {0, 1}; the loss is dask-glm's
 logistic negative log-likelihood (a sum over rows), so the three compute the same numbers. The
 cluster's data are made on the workers and held there (mj.dask spreads the chunks evenly; dask-glm
@@ -21,6 +25,7 @@ import time
 import numpy as np
 
 import morphjit as mj
+from morphjit.dask import ROWS_PER_CALL
 
 
 def logistic_nll(beta, x, y):
@@ -43,6 +48,17 @@ def local_data(rows, features, seed=0):
     x = rng.standard_normal((rows, features))
     y = (rng.random(rows) < 1 / (1 + np.exp(-(x @ np.linspace(-1, 1, features))))).astype(np.float64)
     return x, y
+
+
+def in_pieces(loss, beta, x, y, rows=ROWS_PER_CALL):
+    """What a worker does with its chunks (``rows_per_call``), in one process: the step on
+    cache-sized pieces, the results added."""
+    total, grad = 0.0, np.zeros_like(beta)
+    for start in range(0, len(x), rows):
+        value, g = loss(beta, x[start:start + rows], y[start:start + rows])
+        total += value
+        grad += g
+    return total, grad
 
 
 def dask_glm_evaluation(client, x, y):
@@ -84,6 +100,7 @@ def full_gradient(client, rows, features, chunk, repeat, workers):
     xl, yl = local_data(rows, features)
     local = mj.compile_loss(logistic_nll)
     cases["morphjit, one process"] = lambda: local(beta, xl, yl)
+    cases[f"morphjit, one process, {ROWS_PER_CALL}-row calls"] = lambda: in_pieces(local, beta, xl, yl)
     result = medians(cases, repeat)
     del xl, yl
     return result
@@ -98,8 +115,9 @@ def break_even(client, sizes, features, repeat, workers):
         x, y = cluster_data(rows, features, -(-rows // workers))
         xl, yl = local_data(rows, features)
         distributed_loss = mj.dask.dataset_loss(logistic_nll, x, y, reduction="sum")
-        t = medians({"local": lambda: local(beta, xl, yl), "dask": lambda: distributed_loss(beta)}, repeat)
-        table.append((rows, t["local"], t["dask"]))
+        t = medians({"local": lambda: local(beta, xl, yl), "pieces": lambda: in_pieces(local, beta, xl, yl),
+                     "dask": lambda: distributed_loss(beta)}, repeat)
+        table.append((rows, t["local"], t["pieces"], t["dask"]))
     return table
 
 
@@ -125,9 +143,11 @@ def main(argv=None):
         sizes = [int(s) for s in args.break_even.split(",") if s]
         if sizes:
             print(f"\nbreak-even: rows per evaluation, one process against {args.workers} workers (ms):")
-            print("| rows | one process | mj.dask | speed-up |\n|---:|---:|---:|---:|")
-            for rows, t_local, t_dask in break_even(client, sizes, args.features, args.repeat, args.workers):
-                print(f"| {rows:,} | {t_local * 1e3:.2f} | {t_dask * 1e3:.2f} | {t_local / t_dask:.2f}x |")
+            print(f"| rows | one process | one process, {ROWS_PER_CALL}-row calls | mj.dask | speed-up |\n"
+                  f"|---:|---:|---:|---:|---:|")
+            for rows, t_local, t_pieces, t_dask in break_even(client, sizes, args.features, args.repeat, args.workers):
+                print(f"| {rows:,} | {t_local * 1e3:.2f} | {t_pieces * 1e3:.2f} | {t_dask * 1e3:.2f} | "
+                      f"{t_local / t_dask:.2f}x ({t_pieces / t_dask:.2f}x) |")
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return result
 

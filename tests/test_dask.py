@@ -68,11 +68,12 @@ def test_import_morphjit_does_not_import_dask():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize("fn,reduction", [(logistic, "mean"), (squared_sum, "sum")])
-def test_uneven_chunks_give_the_single_process_result(client, fn, reduction):
+@pytest.mark.parametrize("fn,reduction,rows_per_call", [(logistic, "mean", None), (squared_sum, "sum", 7),
+                                                        (logistic, "mean", 64)])
+def test_uneven_chunks_give_the_single_process_result(client, fn, reduction, rows_per_call):
     params, x, y = problem()
     loss = mjd.dataset_loss(fn, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250),
-                            reduction=reduction, split_every=3)
+                            reduction=reduction, split_every=3, rows_per_call=rows_per_call)
     value, grads = loss(params)
     expected_value, expected_grads = mj.compile_loss(fn)(params, x, y)
     assert value == pytest.approx(expected_value, rel=1e-12, abs=1e-12)
