@@ -431,6 +431,13 @@ def loss_of(part) -> float:
     return part[0]
 
 
+def shard_sizes(rows: int, shards: int) -> tuple[int, ...]:
+    """``rows`` cut into ``shards`` consecutive shards whose sizes differ by at most one."""
+    if not isinstance(shards, int) or not 1 <= shards <= rows:
+        raise ValueError(f"shards must be an integer from 1 to the number of rows ({rows}), got {shards!r}")
+    return tuple(rows // shards + (r < rows % shards) for r in range(shards))
+
+
 class DataParallel:
     """Data-parallel training; see ``data_parallel``."""
 
@@ -446,9 +453,7 @@ class DataParallel:
         self.batch_size, self.seed, self.checkpoint_every = batch_size, seed, checkpoint_every
         self.local_steps, self.rounds = local_steps, 0
         data = check_data(data)
-        n = shards or len(self.client.scheduler_info()["workers"])
-        size = -(-data[0].shape[0] // n)
-        self.shard_rows = tuple(min(size, data[0].shape[0] - r * size) for r in range(n))
+        self.shard_rows = shard_sizes(data[0].shape[0], shards or len(self.client.scheduler_info()["workers"]))
         self.shards = placed_blocks(self.client, aligned(data, self.shard_rows))
         leaves, self.treedef = pytree.flatten(params)
         self._shipped = ship(self.client, self.shipped)

@@ -275,6 +275,12 @@ def test_data_parallel_equals_one_process_on_the_concatenated_minibatches(client
     assert int(trainer.state["step"]) == 5
 
 
+def test_shards_cover_the_rows_evenly():
+    assert mjd.shard_sizes(1003, 3) == (335, 334, 334) and mjd.shard_sizes(5, 5) == (1, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="shards must be an integer from 1 to the number of rows"):
+        mjd.shard_sizes(5, 6)
+
+
 def test_replicas_that_differ_are_detected(client):
     params, x, y = problem()
     trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y))
