@@ -17,3 +17,11 @@ from .train import TrainStep, train_step
 from . import optim
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``mj.dask`` is imported on first use, so ``import morphjit`` does not import Dask."""
+    if name == "dask":
+        import importlib
+        return importlib.import_module(".dask", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
