@@ -19,9 +19,9 @@ import sys
 
 import numpy as np
 
-from .errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
+from .errors import DtypeError, IndexingError, ShapeError, TracingError, UnsupportedError, user_location
 from .ir import Lit, Sym, dtype_name, is_float
-from . import ops, trace
+from . import gathers, ops, trace
 from .ops import OPS, broadcast_shapes, keepdims_shape, slice_shape
 from .trace import SUPPORTED_DTYPES, Tracer
 
@@ -408,14 +408,21 @@ def unslice(g, shape, starts, stops, steps):
 
 
 def getitem(a, key):
-    """Basic indexing: integers, slices (with steps), ``None`` and ``...``."""
+    """NumPy indexing: integers, slices (with steps), ``None``, ``...`` and integer arrays."""
     a = _as_array(a)
     key = key if isinstance(key, tuple) else (key,)
     for k in key:
-        if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, builtins.slice))):
+        if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, builtins.slice))
+                or _is_index_array(k)):
             raise UnsupportedError(
-                f"indexing with {type(k).__name__} is not supported (only integers, slices, None and "
-                f"...); for class scores use mj.softmax_cross_entropy or mj.one_hot", user_location())
+                f"indexing with {type(k).__name__} is not supported (integers, slices, None, ... and "
+                f"integer arrays are)", user_location())
+    if builtins.any(_is_index_array(k) for k in key):
+        return _advanced_getitem(a, key)
+    return _basic_getitem(a, key)
+
+
+def _basic_getitem(a, key):
     key = _expand_ellipsis(key, a.ndim)
     starts, stops, steps, out_shape = [], [], [], []
     dim = 0
@@ -441,16 +448,96 @@ def getitem(a, key):
     return reshape(slice_array(a, starts, stops, steps), tuple(out_shape))
 
 
+def _is_index_array(k) -> bool:
+    return isinstance(k, (Tracer, np.ndarray, list))
+
+
+def _advanced_getitem(a, key):
+    """Integer-array indexing with NumPy's rules: integers count as index arrays, the index arrays
+    broadcast together, and their dimensions replace the indexed axes where those are adjacent,
+    else they come first. Slices and ``None`` are applied first (a view), then one gather."""
+    key = tuple(np.asarray(k) if isinstance(k, (int, np.integer)) else k for k in key)
+    key = _expand_ellipsis(key, a.ndim)
+    basic = tuple(builtins.slice(None) if _is_index_array(k) else k for k in key)
+    viewed = _basic_getitem(a, basic)
+    positions = [j for j, k in enumerate(key) if _is_index_array(k)]
+    index = tuple(_index_array(key[j], viewed.shape[j]) for j in positions)
+    if positions != list(range(positions[0], positions[0] + len(positions))):
+        others = [j for j in range(viewed.ndim) if j not in positions]
+        viewed, positions = transpose(viewed, tuple(positions + others)), list(range(len(positions)))
+    return gather(viewed, index, positions[0])
+
+
+def _index_array(k, extent):
+    """An index array (a tracer or a constant), checked now where its values are known."""
+    k = _as_array(k)
+    if k.dtype == np.bool_:
+        raise UnsupportedError(
+            "indexing with a boolean mask gives an array whose shape depends on the data, which a "
+            "compiled step cannot have: write np.where(mask, x, 0).sum() for x[mask].sum(), and "
+            "np.where(mask, v, x) for x[mask] = v", user_location())
+    if k.dtype.kind not in "iu":
+        raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}", user_location())
+    if isinstance(k, np.ndarray) and not isinstance(extent, Sym) and k.size \
+            and (k.min() < -extent or k.max() >= extent):
+        bad = k[(k < -extent) | (k >= extent)].flat[0]
+        raise IndexingError(f"index {bad} is out of bounds for an axis of size {extent}", user_location())
+    return k
+
+
+def gather(x, index, axis: int = 0):
+    """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
+    arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
+    return _apply("gather", [_as_array(x)] + [_as_array(i) for i in index], axis=int(axis))
+
+
+def scatter_add(g, index, shape, axis: int = 0):
+    """Zeros of ``shape`` with ``g`` added at the positions ``gather(., index, axis)`` reads;
+    repeated positions accumulate."""
+    return _apply("scatter_add", [_as_array(g)] + [_as_array(i) for i in index], shape=tuple(shape),
+                  axis=int(axis))
+
+
+def take(a, indices, axis=None):
+    """``np.take``: the elements at ``indices`` along ``axis`` (of the flattened array if None)."""
+    a = _as_array(a)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = normalize_axes("take", axis, a.ndim)[0]
+    return gather(a, (_index_array(indices, a.shape[axis]),), axis)
+
+
+def take_along_axis(arr, indices, axis):
+    """``np.take_along_axis``: ``indices`` (with ``arr``'s number of dimensions) picks along
+    ``axis``, broadcasting against ``arr`` on the other axes."""
+    arr, indices = _as_array(arr), _as_array(indices)
+    if indices.ndim != arr.ndim:
+        raise ShapeError(f"take_along_axis: indices of {indices.ndim} dimensions for an array of {arr.ndim}",
+                         user_location())
+    axis = normalize_axes("take_along_axis", axis, arr.ndim)[0]
+    index = []
+    for k in range(arr.ndim):
+        if k == axis:
+            index.append(_index_array(indices, arr.shape[k]))
+        elif isinstance(arr.shape[k], Sym):
+            raise UnsupportedError("take_along_axis: the batch axis can only be the axis taken along",
+                                   user_location())
+        else:
+            index.append(np.arange(arr.shape[k]).reshape([-1 if j == k else 1 for j in range(arr.ndim)]))
+    return gather(arr, tuple(index), 0)
+
+
 def _expand_ellipsis(key, ndim: int):
     consumed = len([k for k in key if k is not None and k is not Ellipsis])
     if consumed > ndim:
         raise ShapeError(f"too many indices: the array has {ndim} dimensions, {consumed} were indexed",
                          user_location())
-    if key.count(Ellipsis) > 1:
+    ellipses = [i for i, k in enumerate(key) if k is Ellipsis]
+    if len(ellipses) > 1:
         raise ShapeError("an index can only have a single ellipsis ('...')", user_location())
     fill = (builtins.slice(None),) * (ndim - consumed)
-    if Ellipsis in key:
-        i = key.index(Ellipsis)
+    if ellipses:
+        i = ellipses[0]
         return key[:i] + fill + key[i + 1:]
     return key + fill
 
@@ -592,6 +679,7 @@ FUNCTIONS = {
     np.amin: min, np.dot: dot, np.transpose: transpose, np.reshape: reshape, np.swapaxes: swapaxes,
     np.concatenate: concatenate, np.stack: stack, np.clip: clip, np.expand_dims: expand_dims,
     np.squeeze: squeeze, np.broadcast_to: broadcast_to, np.where: where, np.ravel: ravel,
+    np.take: take, np.take_along_axis: take_along_axis,
     np.zeros_like: zeros_like, np.ones_like: ones_like, np.full_like: full_like,
 }
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest,
-                     batched_input, internal_shape)
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
+                     ScatterAdd, batched_input, gather_indices, internal_shape)
 from .ops import OPS
 from .plan import Plan
 from .source import Source
@@ -50,6 +50,14 @@ class Body:
     def load(self, e: Load) -> str:
         return element(self.names.name(e.var), e.imap, self.loop_vars)
 
+    def gather(self, e: Gather) -> str:
+        """The element at the picked positions; an index already checked to lie in [-n, n)
+        counts from the end when negative."""
+        def pick(k, p):
+            i = self.value(p)
+            return f"({i} + {e.var.shape[k]} if {i} < 0 else {i})"
+        return f"{self.names.name(e.var)}[{', '.join(gather_indices(e, self.loop_vars, pick))}]"
+
     def one_hot(self, e: OneHot) -> str:
         (klass,) = e.klass.render(self.loop_vars)
         test = f"{self.value(e.labels)} == {klass}"
@@ -62,7 +70,7 @@ class Body:
 
 
 # How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, OneHot: Body.one_hot, Apply: Body.apply}
+CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply}
 
 
 def loop_invariants(ins: Nest) -> list:
@@ -121,13 +129,22 @@ class Writer:
     def write(self, ins) -> None:
         WRITE[type(ins)](self, ins)
 
-    def labelcheck(self, ins: LabelCheck) -> None:
-        idx = loop_vars(ins.labels.ndim)
-        with loops(self.out, ins.labels.shape, idx):
-            self.out.line(f"label = {element(self.names.name(ins.labels), IndexMap.identity(len(idx)), idx)}")
-            self.out.line(f"if label < 0 or label >= {ins.depth}:")
+    def rangecheck(self, ins: RangeCheck) -> None:
+        idx = loop_vars(ins.values.ndim)
+        with loops(self.out, ins.values.shape, idx):
+            self.out.line(f"value = {element(self.names.name(ins.values), IndexMap.identity(len(idx)), idx)}")
+            self.out.line(f"if value < {ins.low} or value >= {ins.extent}:")
             with self.out.indent():
-                self.out.line(f"raise ValueError({ins.message!r})")
+                position = ' + ", " + '.join(f"str({i})" for i in idx) or '""'
+                self.out.line(f'raise {ins.error}({ins.what + " must lie in ["!r} + str({ins.low}) + ", " + '
+                              f'str({ins.extent}) + "), got " + str(value) + " at position (" + {position} + ")")')
+
+    def scatter(self, ins: ScatterAdd) -> None:
+        idx = loop_vars(len(ins.domain))
+        with loops(self.out, ins.domain, idx):
+            body = Body(self.out, self.names, idx)
+            value = body.value(ins.expr)
+            self.out.line(f"{body.gather(ins.at)} += {value}")
 
     def alias(self, ins: Alias) -> None:
         shape = internal_shape(ins.out.shape)
@@ -238,8 +255,8 @@ class Writer:
         return body.value(a.finish)
 
 
-WRITE = {LabelCheck: Writer.labelcheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
-         RowNest: Writer.rownest}
+WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
+         RowNest: Writer.rownest, ScatterAdd: Writer.scatter}
 
 
 class StepWriter(Writer):
