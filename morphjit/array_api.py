@@ -417,9 +417,89 @@ def getitem(a, key):
             raise UnsupportedError(
                 f"indexing with {type(k).__name__} is not supported (integers, slices, None, ... and "
                 f"integer arrays are)", user_location())
+    if builtins.any(_is_dynamic_slice(k) for k in key):
+        a, key = _dynamic_slices(a, key)
     if builtins.any(_is_index_array(k) for k in key):
         return _advanced_getitem(a, key)
     return _basic_getitem(a, key)
+
+
+def _is_dynamic_slice(k) -> bool:
+    return isinstance(k, builtins.slice) and (isinstance(k.start, Tracer) or isinstance(k.stop, Tracer))
+
+
+def _dynamic_slices(a, key):
+    """Slices with traced bounds, each a gather along its axis at ``start + step * arange(extent)``
+    (the extent ``stop - start`` must not depend on the traced values); the key with them
+    replaced by full slices."""
+    key = _expand_ellipsis(key, a.ndim)
+    axis, rest = 0, []
+    for k in key:
+        if _is_dynamic_slice(k):
+            step = 1 if k.step is None else k.step
+            extent = _fixed_extent(k)
+            size = a.shape[axis]
+            if isinstance(step, Tracer) or extent is None or isinstance(size, Sym) or step <= 0:
+                raise UnsupportedError(
+                    "a slice with traced bounds needs an extent known when tracing (a positive integer "
+                    "step, stop - start not depending on traced values, as in x[i * n:(i + 1) * n]), "
+                    "on an axis that is not the batch axis", user_location())
+            start = where(k.start < 0, k.start + size, k.start)
+            index = start + np.arange(0, len(range(0, extent, step)) * step, step)
+            a = gather(a, (index,), axis)
+            k = builtins.slice(None)
+        rest.append(k)
+        axis += k is not None
+    return a, tuple(rest)
+
+
+def _fixed_extent(k) -> int | None:
+    """``stop - start`` of a slice with traced bounds, when it is the same for all traced values."""
+    trace = _trace_of([k.start, k.stop])
+    difference = _polynomial(trace, k.stop, -1) if k.stop is not None else None
+    if difference is None or k.start is None:
+        return None
+    start = _polynomial(trace, k.start, 1)
+    if start is None:
+        return None
+    for term, c in start.items():
+        difference[term] = difference.get(term, 0) + c
+    difference = {t: c for t, c in difference.items() if c}
+    return -difference.get((), 0) if set(difference) <= {()} else None
+
+
+def _polynomial(trace, x, sign: int) -> dict | None:
+    """``sign * x`` as a polynomial over the traced values it is computed from by +, -, * and
+    literals (monomials are sorted tuples of value ids), or None if it is computed otherwise."""
+    if not isinstance(x, Tracer):
+        return {(): sign * int(x)}
+    producers = {id(b.out): b for b in trace.bindings}
+
+    def poly(v) -> dict | None:
+        if isinstance(v, Lit):
+            return {(): v.value} if v.dtype.kind in "iu" else None
+        b = producers.get(id(v))
+        if b is None:
+            return {(id(v),): 1}
+        args = [poly(u) for u in b.inputs]
+        if None in args or b.op not in ("add", "sub", "mul", "neg"):
+            return None
+        if b.op == "neg":
+            return {t: -c for t, c in args[0].items()}
+        if b.op == "mul":
+            product: dict = {}
+            for t1, c1 in args[0].items():
+                for t2, c2 in args[1].items():
+                    t = tuple(sorted(t1 + t2))
+                    product[t] = product.get(t, 0) + c1 * c2
+            return product
+        total = dict(args[0])
+        for t, c in args[1].items():
+            total[t] = total.get(t, 0) + (c if b.op == "add" else -c)
+        return total
+
+    found = poly(x.operand)
+    return None if found is None else {t: sign * c for t, c in found.items()}
 
 
 def _basic_getitem(a, key):

@@ -1,0 +1,154 @@
+"""Integer-array indexing end to end: values and gradients of every form on both backends (one
+compiled program covers them all), repeated indices against autograd and finite differences,
+traced scalar indices and slices with traced bounds, and the errors of bad indices."""
+import autograd
+import autograd.numpy as anp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import morphjit as mj
+from morphjit.interp import run_plan
+
+from gradcheck import check_loss_grads_fd
+from test_ops import advanced_index, rand_shape
+from test_plan import check_plan_invariants, compile_plan
+
+BACKENDS = ["interp", "numba"]
+REPEATED = np.array([2, 0, 2, -1, 2, 2])
+
+
+def every_form(ns, p, tokens, y, bits, i):
+    """A loss using each indexing form; ``ns`` is morphjit's NumPy surface or autograd's.
+    ``tokens``, ``y``, ``bits`` and ``i`` are data arguments (traced under morphjit)."""
+    E, W, T = p["E"], p["W"], p["T"]
+    take = (lambda x, idx, axis: np.take(x, idx, axis=axis)) if ns is mj else \
+        (lambda x, idx, axis: x[(slice(None),) * axis + (idx,)])
+    z = ns.tanh(E[tokens]) @ W                          # an embedding, then a layer
+    logp = z - ns.log(ns.sum(ns.exp(z), axis=1, keepdims=True))
+    terms = [
+        -ns.mean(logp[np.arange(len(tokens)), y]),      # the cross-entropy pick
+        ns.sum(W[:, REPEATED] ** 2),                     # columns, repeated
+        ns.sum(E[REPEATED[:, None], np.array([0, -1, 0])]),   # broadcast pairs, repeated
+        ns.sum(T[REPEATED % 3, :, REPEATED[::-1] % 2] * 0.5),  # separated by a slice
+        ns.sum(T[1, ..., bits] ** 2),              # an integer counts as an index array
+        ns.sum(take(W, y, 1) * 0.1),
+        ns.sum(E[i] * E[i + 1]),                         # traced scalars
+        ns.sum(E[2 * i:2 * i + 3] ** 3),                  # a slice with traced bounds
+    ]
+    return sum(terms)
+
+
+def every_form_args():
+    rng = np.random.default_rng(3)
+    params = {"E": rng.normal(size=(7, 3)), "W": rng.normal(size=(3, 4)), "T": rng.normal(size=(3, 4, 2))}
+    return params, np.array([1, 3, 3, 0, -1, 6, 3, 2]), rng.integers(0, 4, 8), np.array([1, 0, 1, 1]), 2
+
+
+def autograd_reference(params, tokens, y, bits, i):
+    keys = sorted(params)
+
+    def loss(*values):
+        return every_form(anp, dict(zip(keys, values)), tokens, y, bits, i)
+
+    value = loss(*(params[k] for k in keys))
+    grads = autograd.grad(loss, tuple(range(len(keys))))(*(params[k] for k in keys))
+    return value, dict(zip(keys, grads))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_form_matches_autograd(backend):
+    params, tokens, y, bits, i = every_form_args()
+    compiled = mj.compile_loss(lambda p, tokens, y, bits, i: every_form(mj, p, tokens, y, bits, i), backend=backend)
+    value, grads = compiled(params, tokens, y, bits, i)
+    ref_value, ref_grads = autograd_reference(params, tokens, y, bits, i)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+    for k in params:
+        np.testing.assert_allclose(grads[k], ref_grads[k], rtol=1e-10, atol=1e-12)
+    # another traced scalar, the same compiled step
+    value, _ = compiled(params, tokens, y, bits, 1)
+    np.testing.assert_allclose(value, autograd_reference(params, tokens, y, bits, 1)[0], rtol=1e-12)
+
+
+def test_repeated_indices_accumulate_against_finite_differences():
+    rng = np.random.default_rng(5)
+    E = rng.normal(size=(5, 3))
+    compiled = mj.compile_loss(lambda E, idx: mj.sum(mj.sin(E[idx]) * np.arange(18.0).reshape(6, 3)))
+    _, grad = compiled(E, REPEATED)
+
+    def loss(xs):
+        return np.sum(np.sin(xs[0][REPEATED]) * np.arange(18.0).reshape(6, 3))
+    check_loss_grads_fd(loss, [E], [grad], rng=rng)
+    assert np.count_nonzero(grad[2]) == 3 and np.all(grad[1] == 0)
+
+
+def test_the_gather_is_read_inside_the_fused_loop_and_the_scatter_accumulates():
+    E, tokens = np.ones((7, 3)), np.array([1, 2])
+    source = mj.compile_loss(lambda E, t: mj.sum(mj.tanh(E[t]) ** 2)).source(E, tokens)
+    assert "v0[(t0 + 7 if t0 < 0 else t0), i1]" in source, source
+    assert "+= " in source, source
+
+
+def test_an_index_out_of_range_raises_index_error_with_value_and_position():
+    compiled = mj.compile_loss(lambda E, t: mj.sum(E[t] ** 2))
+    E = np.ones((5, 2))
+    compiled(E, np.array([0, -5, 4]))
+    for bad, shown in [(np.array([0, 5, 1]), "got 5 at position (1)"), (np.array([-6]), "got -6 at position (0)")]:
+        with pytest.raises(IndexError, match=r"must lie in \[-5, 5\)") as info:
+            compiled(E, bad)
+        assert shown in str(info.value) and "test_indexing.py" in str(info.value)
+    # the reference executor indexes with NumPy, which raises its own IndexError
+    with pytest.raises(IndexError, match="index 5 is out of bounds"):
+        mj.compile_loss(lambda E, t: mj.sum(E[t] ** 2), backend="interp")(E, np.array([0, 5]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_traced_scalar_index_out_of_range_raises(backend):
+    compiled = mj.compile_loss(lambda E, i: mj.sum(E[i:i + 2] ** 2), backend=backend)
+    E = np.ones((5, 2))
+    assert compiled(E, 3)[0] == 4.0
+    with pytest.raises(IndexError, match="got 5" if backend == "numba" else "index 5"):
+        compiled(E, 4)
+
+
+def test_float_and_mask_index_arguments_are_refused():
+    compiled = mj.compile_loss(lambda E, t: mj.sum(E[t]))
+    with pytest.raises(mj.IndexingError, match="integers, got float64"):
+        compiled(np.ones((5, 2)), np.array([0.0, 1.0]))
+    with pytest.raises(mj.UnsupportedError, match="np.where"):
+        compiled(np.ones((5, 2)), np.array([True, False, True, False, True]))
+
+
+def test_a_slice_whose_extent_depends_on_traced_values_is_refused():
+    with pytest.raises(mj.UnsupportedError, match=r"x\[i \* n:\(i \+ 1\) \* n\]"):
+        mj.trace(lambda E, i: E[i:2 * i], np.ones((5, 2)), 1)
+
+
+def test_the_plan_interpreter_runs_every_form_like_the_reference():
+    params, *data = every_form_args()
+    fn = lambda p, tokens, y, bits, i: every_form(mj, p, tokens, y, bits, i)  # noqa: E731
+    joint = mj.grad_program(fn, params, *data)
+    args = mj.pytree.flatten((params, *data))[0]
+    plan = compile_plan(joint)
+    check_plan_invariants(plan)
+    for a, e in zip(run_plan(plan, *args), mj.run(joint, *args)):
+        np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_random_integer_indexes_match_numpy_in_the_plan_interpreter(data):
+    """Values and gradients of ``sum(x[key] * w)``, the gradient being ``w`` added at the
+    positions ``key`` picks (np.add.at), for random shapes and keys."""
+    seed = data.draw(st.integers(0, 2 ** 32 - 1))
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=rand_shape(rng, 1, 4, max_dim=4))
+    key = advanced_index(rng, x.shape)
+    w = rng.normal(size=x[key].shape)
+    joint = mj.grad_program(lambda x, w: mj.sum(x[key] * w), x, w)
+    plan = compile_plan(joint)
+    value, grad = run_plan(plan, x, w)
+    expected = np.zeros_like(x)
+    np.add.at(expected, key, w)
+    np.testing.assert_allclose(value, np.sum(x[key] * w), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(grad, expected, rtol=1e-12, atol=1e-12)
