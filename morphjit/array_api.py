@@ -32,6 +32,8 @@ def _value(x):
     """Check an argument and bring it to a tracer, a Python scalar or a NumPy array."""
     if isinstance(x, Tracer):
         return x
+    if isinstance(x, Masked):
+        raise UnsupportedError(f"x[mask] used as an array: {MASK_HINT}", user_location())
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):
@@ -108,6 +110,9 @@ def _as_array(x):
 
 def _elementwise(op_name: str, floating: bool = False):
     def fn(*args):
+        masked = next((a for a in args if isinstance(a, Masked)), None)
+        if masked is not None:
+            return masked._apply(fn, *args)
         _, operands = _promote([_value(a) for a in args], floating)
         return _apply(op_name, operands)
     fn.__name__ = op_name
@@ -258,6 +263,8 @@ def _reduce(op_name: str, x, axis, keepdims: bool):
 
 
 def sum(a, axis=None, dtype=None, out=None, keepdims=False):
+    if isinstance(a, Masked):
+        return a.sum(axis, dtype, out, keepdims)
     _no_out("sum", out)
     a = _as_array(a)
     if dtype is not None:
@@ -268,6 +275,8 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False):
 
 
 def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+    if isinstance(a, Masked):
+        return a.mean(axis, dtype, out, keepdims)
     _no_out("mean", out)
     a = _as_array(a)
     a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
@@ -417,11 +426,75 @@ def getitem(a, key):
             raise UnsupportedError(
                 f"indexing with {type(k).__name__} is not supported (integers, slices, None, ... and "
                 f"integer arrays are)", user_location())
+    if len(key) == 1 and _is_mask(key[0]) and _trace_of([a, key[0]]) is not None:
+        return Masked.select(a, key[0])
     if builtins.any(_is_dynamic_slice(k) for k in key):
         a, key = _dynamic_slices(a, key)
     if builtins.any(_is_index_array(k) for k in key):
         return _advanced_getitem(a, key)
     return _basic_getitem(a, key)
+
+
+class at:
+    """Functional updates, for NumPy's in-place ``x[key] += v`` / ``np.add.at(x, key, v)`` /
+    ``x[key] = v``, which cannot be traced (a traced array cannot change): ``mj.at(x)[key].add(v)``
+    and ``mj.at(x)[key].set(v)`` return a new array, differentiable in ``x`` and ``v``.
+
+    ``add`` accumulates at repeated positions (as ``np.add.at``); ``set`` stores their mean
+    (NumPy keeps the last one written, an order a compiled loop should not depend on)."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, key):
+        return _AtIndex(self.x, key)
+
+
+class _AtIndex:
+    def __init__(self, x, key):
+        self.x, self.key = _as_array(x), key if isinstance(key, tuple) else (key,)
+
+    def add(self, v):
+        return add(self.x, _placed(self.x, self.key, v))
+
+    def set(self, v):
+        if not is_float(self.x.dtype):
+            raise DtypeError(f"mj.at(x)[...].set(v) needs a float array, got {self.x.dtype}", user_location())
+        if len(self.key) == 1 and _is_mask(self.key[0]):
+            return where(self.key[0], v, self.x)
+        placed = _placed(self.x, self.key, astype(_as_array(v), self.x.dtype))
+        count = _placed(self.x, self.key, ones_like(getitem(self.x, self.key)))
+        return where(count > 0, placed / where(count > 0, count, 1.0), self.x)
+
+
+def _placed(x, key, v):
+    """Zeros of ``x``'s shape with ``v`` added where ``x[key]`` reads (repeated positions
+    accumulate): the transpose of indexing, from the VJP rules of the ops indexing binds."""
+    t = _trace_of([x, v])
+    if t is None:
+        out = np.zeros(x.shape, np.result_type(x, v))
+        np.add.at(out, key, v)
+        return out
+    x = x if isinstance(x, Tracer) else Tracer(t, t.operand(x, lift_literals=False))
+    start = len(t.bindings)
+    picked = getitem(x, key)
+    if isinstance(picked, Masked):
+        return where(picked.mask, broadcast_to(v, x.shape), 0)
+    new = t.bindings[start:]
+    active = {id(x.operand)}
+    for b in new:
+        if builtins.any(id(i) in active for i in b.inputs):
+            active.add(id(b.out))
+    cotangents = {id(picked.operand): broadcast_to(astype(_as_array(v), x.dtype), picked.shape)}
+    for b in reversed(new):
+        g = cotangents.pop(id(b.out), None)
+        if g is None:
+            continue
+        grads = OPS[b.op].vjp(g, Tracer(t, b.out), *(Tracer(t, i) for i in b.inputs), **b.kwargs)
+        for i, gi in zip(b.inputs, grads):
+            if gi is not None and id(i) in active:
+                cotangents[id(i)] = cotangents[id(i)] + gi if id(i) in cotangents else gi
+    return cotangents.get(id(x.operand), zeros_like(x))
 
 
 def _is_dynamic_slice(k) -> bool:
@@ -532,6 +605,101 @@ def _is_index_array(k) -> bool:
     return isinstance(k, (Tracer, np.ndarray, list))
 
 
+def _is_mask(k) -> bool:
+    return _is_index_array(k) and _as_array(k).dtype == np.bool_
+
+
+MASK_HINT = ("indexing with a boolean mask gives a shape that depends on the data, which a compiled step cannot have; "
+             "it can only be reduced (x[mask].sum(), x[mask].mean(), np.sum(x[mask] ** 2)); "
+             "write np.where(mask, x, 0) to keep the shape (and np.where(mask, v, x) for x[mask] = v)")
+
+
+class Masked(trace.NotAnArray):
+    """``x[mask]`` while tracing: the elements of ``values`` (x's shape) where ``mask`` holds.
+
+    Element-wise functions apply to ``values`` (other elements hold 1, so no function of them
+    gives a NaN that a gradient would carry); a reduction is a masked reduction of them. Anything
+    that needs the data-dependent shape raises, showing the ``np.where`` spelling."""
+
+    __array_priority__ = 2000
+    why = f"x[mask]: {MASK_HINT}"
+
+    def __init__(self, values, mask):
+        self.values, self.mask, self.loc = values, mask, user_location()
+
+    @staticmethod
+    def select(x, mask) -> "Masked":
+        x, mask = _as_array(x), _as_array(mask)
+        if tuple(x.shape[:mask.ndim]) != tuple(mask.shape):
+            raise IndexingError(f"a boolean mask of shape {tuple(mask.shape)} does not match the indexed "
+                                f"array of shape {tuple(x.shape)}", user_location())
+        mask = broadcast_to(reshape(mask, tuple(mask.shape) + (1,) * (x.ndim - mask.ndim)), x.shape)
+        return Masked(where(mask, x, 1), mask)
+
+    def _apply(self, fn, *args):
+        operands = []
+        for a in args:
+            if isinstance(a, Masked):
+                if a.mask is not self.mask:
+                    raise UnsupportedError(f"elements picked by two different masks cannot be combined: {MASK_HINT}",
+                                           user_location())
+                a = a.values
+            elif _shape_of(a) != ():
+                raise UnsupportedError(f"x[mask] combined with an array: {MASK_HINT}", user_location())
+            operands.append(a)
+        return Masked(fn(*operands), self.mask)
+
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
+        self._whole("sum", axis, out, keepdims)
+        return sum(where(self.mask, self.values, 0), dtype=dtype)
+
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
+        self._whole("mean", axis, out, keepdims)
+        total = self.sum(dtype=dtype)
+        values = total if is_float(total.dtype) else astype(total, np.float64)
+        return values / astype(sum(self.mask), values.dtype)
+
+    def _whole(self, name, axis, out, keepdims) -> None:
+        if axis is not None or out is not None or keepdims:
+            raise UnsupportedError(f"x[mask].{name}() reduces all elements (no axis, out or keepdims): "
+                                   f"{MASK_HINT}", user_location())
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return self._apply(lambda *xs: apply_ufunc(ufunc, method, xs, kwargs), *inputs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func in (np.sum, np.mean):
+            return getattr(args[0], func.__name__)(*args[1:], **kwargs)
+        raise UnsupportedError(f"np.{func.__name__} of x[mask]: {MASK_HINT}", user_location())
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)   # NumPy's protocol probes
+        raise UnsupportedError(f"x[mask].{name}: {MASK_HINT}", user_location())
+
+    def __bool__(self):
+        raise UnsupportedError(f"bool(x[mask]): {MASK_HINT}", user_location())
+
+    def __len__(self):
+        raise UnsupportedError(f"len(x[mask]): {MASK_HINT}", user_location())
+
+    def __getitem__(self, key):
+        raise UnsupportedError(f"indexing x[mask]: {MASK_HINT}", user_location())
+
+    __add__ = lambda self, o: self._apply(add, self, o)
+    __radd__ = lambda self, o: self._apply(add, o, self)
+    __sub__ = lambda self, o: self._apply(subtract, self, o)
+    __rsub__ = lambda self, o: self._apply(subtract, o, self)
+    __mul__ = lambda self, o: self._apply(multiply, self, o)
+    __rmul__ = lambda self, o: self._apply(multiply, o, self)
+    __truediv__ = lambda self, o: self._apply(divide, self, o)
+    __rtruediv__ = lambda self, o: self._apply(divide, o, self)
+    __pow__ = lambda self, o: self._apply(power, self, o)
+    __rpow__ = lambda self, o: self._apply(power, o, self)
+    __neg__ = lambda self: self._apply(negative, self)
+    __abs__ = lambda self: self._apply(abs, self)
+
+
 def _advanced_getitem(a, key):
     """Integer-array indexing with NumPy's rules: integers count as index arrays, the index arrays
     broadcast together, and their dimensions replace the indexed axes where those are adjacent,
@@ -552,10 +720,7 @@ def _index_array(k, extent):
     """An index array (a tracer or a constant), checked now where its values are known."""
     k = _as_array(k)
     if k.dtype == np.bool_:
-        raise UnsupportedError(
-            "indexing with a boolean mask gives an array whose shape depends on the data, which a "
-            "compiled step cannot have: write np.where(mask, x, 0).sum() for x[mask].sum(), and "
-            "np.where(mask, v, x) for x[mask] = v", user_location())
+        raise UnsupportedError(f"a boolean mask combined with other indices: {MASK_HINT}", user_location())
     if k.dtype.kind not in "iu":
         raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}", user_location())
     if isinstance(k, np.ndarray) and not isinstance(extent, Sym) and k.size \

@@ -161,8 +161,10 @@ class Tracer:
     __getitem__ = lambda self, key: A.getitem(self, key)
 
     def __setitem__(self, key, value):
-        raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported: "
-                               "build the value with mj.where or mj.concatenate instead", user_location())
+        raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
+                               "array cannot be changed in place): write x = mj.at(x)[...].set(v) (or "
+                               ".add(v) for np.add.at), or x = np.where(mask, v, x) for x[mask] = v",
+                               user_location())
 
     def reshape(self, *shape, order="C"):
         return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
@@ -254,7 +256,16 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
                        f"arrays, Python scalars, or dicts, lists and tuples of them", user_location())
 
 
+class NotAnArray:
+    """A traced value that cannot be an array (``x[mask]``, whose shape depends on the data);
+    ``why`` says what to write instead, ``loc`` is where it was made."""
+    why = ""
+    loc = None
+
+
 def output_var(t: Trace, x) -> Var:
+    if isinstance(x, NotAnArray):
+        raise UnsupportedError(f"the function returned {x.why}", x.loc or user_location())
     if not isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float)):
         raise TracingError(f"the function returned a {type(x).__name__}; it must return arrays",
                            user_location())

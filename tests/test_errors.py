@@ -267,7 +267,7 @@ ERRORS = [
     (index_with_mask, (X,), mj.UnsupportedError, ["boolean mask", "np.where"]),
     (index_out_of_range, (X,), mj.ShapeError, ["index 4", "size 4"]),
     (too_many_indices, (X,), mj.ShapeError, ["too many indices"]),
-    (item_assignment, (X,), mj.UnsupportedError, ["item assignment", "mj.where"]),
+    (item_assignment, (X,), mj.UnsupportedError, ["item assignment", "mj.at(x)", "np.where"]),
     (string_operand, (X,), mj.TracingError, ["str"]),
     (none_operand, (X,), mj.TracingError, ["NoneType"]),
     (bad_reshape, (X,), mj.ShapeError, ["reshape", "(4, 3)", "(5, -1)"]),

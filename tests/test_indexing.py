@@ -111,12 +111,13 @@ def test_a_traced_scalar_index_out_of_range_raises(backend):
         compiled(E, 4)
 
 
-def test_float_and_mask_index_arguments_are_refused():
+def test_float_index_arguments_and_masks_of_the_wrong_shape_are_refused():
     compiled = mj.compile_loss(lambda E, t: mj.sum(E[t]))
     with pytest.raises(mj.IndexingError, match="integers, got float64"):
         compiled(np.ones((5, 2)), np.array([0.0, 1.0]))
-    with pytest.raises(mj.UnsupportedError, match="np.where"):
-        compiled(np.ones((5, 2)), np.array([True, False, True, False, True]))
+    assert compiled(np.ones((5, 2)), np.array([True, False, True, False, True]))[0] == 6.0
+    with pytest.raises(mj.IndexingError, match=r"mask of shape \(4,\) does not match .* \(5, 2\)"):
+        compiled(np.ones((5, 2)), np.array([True, False, True, False]))
 
 
 def test_a_slice_whose_extent_depends_on_traced_values_is_refused():
@@ -152,3 +153,72 @@ def test_random_integer_indexes_match_numpy_in_the_plan_interpreter(data):
     np.add.at(expected, key, w)
     np.testing.assert_allclose(value, np.sum(x[key] * w), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(grad, expected, rtol=1e-12, atol=1e-12)
+
+
+def masks_and_updates(ns, p, mask, rows, idx):
+    """Masked reductions and functional updates; autograd's side spells them with NumPy."""
+    x, v = p["x"], p["v"]
+    if ns is mj:
+        added = mj.at(x)[idx].add(v)                   # repeated positions accumulate
+        stored = mj.at(x)[idx[:2], 1:].set(v[:2, :2] * 2.0)
+        masked = mj.at(x)[mask].set(0.5 * x)
+    else:
+        placed = np.zeros((len(idx), x.shape[0]))
+        placed[np.arange(len(idx)), idx % x.shape[0]] = 1.0
+        added = x + ns.dot(placed.T, v)
+        keep = np.ones(x.shape)
+        keep[idx[:2], 1:] = 0.0
+        put = np.zeros((2, x.shape[0]))
+        put[np.arange(2), idx[:2] % x.shape[0]] = 1.0
+        stored = x * keep + ns.concatenate([np.zeros((x.shape[0], 1)), ns.dot(put.T, v[:2, :2] * 2.0)], axis=1)
+        masked = ns.where(mask, 0.5 * x, x)
+    return (x[mask].sum() + ns.sum(ns.log(x[mask]) ** 2) + x[mask].mean() + ns.mean((2 * x[rows] - 1) ** 2)
+            + ns.sum(ns.sin(added) ** 2) + ns.sum(stored ** 3) + ns.sum(masked ** 2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_masked_reductions_and_functional_updates_match_autograd(backend):
+    rng = np.random.default_rng(9)
+    params = {"x": np.abs(rng.normal(size=(5, 3))) * np.sign(rng.normal(size=(5, 3))), "v": rng.normal(size=(4, 3))}
+    params["x"][0, 0] = 0.0   # log(0) outside the mask must not reach the gradient as a NaN
+    mask, rows, idx = params["x"] > 0.1, rng.random(5) < 0.5, np.array([1, 3, 1, -1])
+    compiled = mj.compile_loss(lambda p, mask, rows, idx: masks_and_updates(mj, p, mask, rows, idx), backend=backend)
+    value, grads = compiled(params, mask, rows, idx)
+
+    def loss(x, v):
+        return masks_and_updates(anp, {"x": x, "v": v}, mask, rows, idx)
+    np.testing.assert_allclose(value, loss(params["x"], params["v"]), rtol=1e-12)
+    gx, gv = autograd.grad(loss, (0, 1))(params["x"], params["v"])
+    np.testing.assert_allclose(grads["x"], gx, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(grads["v"], gv, rtol=1e-10, atol=1e-12)
+
+
+def test_at_set_stores_the_mean_at_repeated_positions():
+    x = np.zeros(3)
+    out = mj.compile_loss(lambda x, v: mj.sum(mj.at(x)[np.array([1, 1, 2])].set(v) * np.array([1.0, 10.0, 100.0])))
+    assert out(x, np.array([2.0, 4.0, 5.0]))[0] == 3.0 * 10 + 5.0 * 100
+
+
+@pytest.mark.parametrize("fn, error, words", [
+    (lambda x: x[x > 0], mj.UnsupportedError, ["data", "np.where(mask, x, 0)"]),
+    (lambda x: x[x > 0] + x, mj.UnsupportedError, ["combined with an array", "np.where"]),
+    (lambda x: mj.sum(x[x > 0], axis=0), mj.UnsupportedError, ["no axis", "np.where"]),
+    (lambda x: x[x > 0].max(), mj.UnsupportedError, ["x[mask].max", "np.where"]),
+    (lambda x: x[x[:, :2] > 0].sum(), mj.IndexingError, ["mask of shape (4, 2)", "(4, 3)"]),
+    (lambda x: x[x[:, 0] > 0, 0].sum(), mj.UnsupportedError, ["mask combined with other indices"]),
+])
+def test_unsupported_mask_uses_explain_the_where_spelling(fn, error, words):
+    def loss(x):
+        return fn(x)
+    with pytest.raises(error) as info:
+        mj.trace(loss, np.ones((4, 3)))
+    for word in words:
+        assert word in str(info.value), str(info.value)
+
+
+def test_item_assignment_points_to_at_and_where():
+    def loss(x):
+        x[0] = 1.0
+        return mj.sum(x)
+    with pytest.raises(mj.UnsupportedError, match=r"mj.at\(x\)\[...\].set\(v\).*np.where\(mask, v, x\)"):
+        mj.trace(loss, np.ones(3))
