@@ -7,7 +7,7 @@ from .array_api import (
     sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
-from .array_api import at, take, take_along_axis
+from .array_api import at, choose, take, take_along_axis
 from .cache import cache_info, clear_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError

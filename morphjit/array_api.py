@@ -772,6 +772,16 @@ def take_along_axis(arr, indices, axis):
     return gather(arr, tuple(index), 0)
 
 
+def choose(a, choices):
+    """``np.choose``: ``choices[a[i]][i]`` at every position, everything broadcast together
+    (negative entries of ``a`` count from the last choice, where NumPy raises)."""
+    a, choices = _as_array(a), [_as_array(c) for c in choices]
+    shape = broadcast_shapes("choose", a.shape, *(c.shape for c in choices))
+    stacked = stack([broadcast_to(c, shape) for c in _promote(choices)[1]], axis=0)
+    picked = take_along_axis(stacked, expand_dims(broadcast_to(a, shape), 0), 0)
+    return squeeze(picked, 0)
+
+
 def _expand_ellipsis(key, ndim: int):
     consumed = len([k for k in key if k is not None and k is not Ellipsis])
     if consumed > ndim:
@@ -924,7 +934,7 @@ FUNCTIONS = {
     np.amin: min, np.dot: dot, np.transpose: transpose, np.reshape: reshape, np.swapaxes: swapaxes,
     np.concatenate: concatenate, np.stack: stack, np.clip: clip, np.expand_dims: expand_dims,
     np.squeeze: squeeze, np.broadcast_to: broadcast_to, np.where: where, np.ravel: ravel,
-    np.take: take, np.take_along_axis: take_along_axis,
+    np.take: take, np.take_along_axis: take_along_axis, np.choose: choose,
     np.zeros_like: zeros_like, np.ones_like: ones_like, np.full_like: full_like,
 }
 

@@ -183,6 +183,8 @@ for _name, _fn in [("rows", lambda ns, x: x[_DUP]), ("cols", lambda ns, x: x[:, 
                     else x[np.arange(4)[:, None, None], _PICK, np.arange(4)])]:
     case("gather", _fn, [(4, 3, 4)] if _name in ("separated", "int-and-array", "take_along_axis") else [(4, 3)],
          _name)
+case("gather", lambda ns, a, b: ns.choose(_DUP[:4] % 2, [a, b]) if ns is mj else
+     ns.where(_DUP[:4] % 2 == 1, b, a), [(3, 4), (4,)], "choose")
 case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
                                    else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
 

@@ -257,6 +257,11 @@ def take_along_axis_make(rng, dt):
     return (x, rng.integers(-x.shape[axis], x.shape[axis], size=shape)), dict(axis=axis)
 
 
+def choose_make(rng, dt):
+    shapes = broadcast_family(rng, 4, 0, 3)
+    return (rng.integers(0, 3, size=shapes[0]),) + tuple(values(rng, s, dt) for s in shapes[1:]), {}
+
+
 def scatter_add_make(rng, dt):
     shape = rand_shape(rng, 1, 3, max_dim=5)
     axis = int(rng.integers(0, len(shape)))
@@ -476,6 +481,7 @@ def _cases():
              lambda x, i, axis: np.take(x, i, axis=axis), take_make),
         Case("gather", "take_along_axis", lambda x, i, axis: mj.take_along_axis(x, i, axis),
              lambda x, i, axis: np.take_along_axis(x, i, axis), take_along_axis_make),
+        Case("gather", "choose", lambda a, *cs: mj.choose(a, cs), lambda a, *cs: np.choose(a, cs), choose_make),
         Case("scatter_add", "repeated-indices", lambda g, i, shape, axis: array_api.scatter_add(g, (i,), shape, axis),
              _scatter_add_ref, scatter_add_make),
         Case("unslice", "unslice", array_api.unslice,
