@@ -16,7 +16,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
 from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
-                     ScatterAdd, batched_input, gather_indices, internal_shape)
+                     ScatterAdd, batched_input, gather_indices, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
 from .source import Source
@@ -51,12 +51,8 @@ class Body:
         return element(self.names.name(e.var), e.imap, self.loop_vars)
 
     def gather(self, e: Gather) -> str:
-        """The element at the picked positions; an index already checked to lie in [-n, n)
-        counts from the end when negative."""
-        def pick(k, p):
-            i = self.value(p)
-            return f"({i} + {e.var.shape[k]} if {i} < 0 else {i})"
-        return f"{self.names.name(e.var)}[{', '.join(gather_indices(e, self.loop_vars, pick))}]"
+        indices = gather_indices(e, self.loop_vars, lambda k, p: self.value(p))
+        return f"{self.names.name(e.var)}[{', '.join(indices)}]"
 
     def one_hot(self, e: OneHot) -> str:
         (klass,) = e.klass.render(self.loop_vars)
@@ -116,6 +112,35 @@ def loops(out: Source, domain, names: list[str]):
         yield
 
 
+@contextlib.contextmanager
+def hoisting_loops(out: Source, body: Body, exprs, domain, order: list[int], opened=()):
+    """Nested loops over the axes ``order`` of ``domain`` (outermost first; the axes ``opened`` are
+    open already). Where loops remain inside, the largest subexpressions of ``exprs`` that depend
+    only on the open loops are computed first (a gathered row's index, once per row rather than
+    once per element: LLVM would not hoist it itself, as a store in the loop might change it)."""
+    opened = list(opened)
+    with contextlib.ExitStack() as scopes:
+        for k in [None] + list(order):
+            if k is not None:
+                out.line(f"for {body.loop_vars[k]} in range({domain[k]}):")
+                scopes.enter_context(out.indent())
+                opened.append(k)
+            if opened and len(opened) < len(domain):
+                for e in exprs:
+                    hoist(body, e, frozenset(opened))
+        yield
+
+
+def hoist(body: Body, e, opened: frozenset) -> None:
+    """Compute ``e`` now if it depends only on the ``opened`` loops, else its largest parts that do."""
+    axes = loop_axes(e)
+    if axes is not None and axes <= opened:
+        body.value(e)
+    else:
+        for child in e.children():
+            hoist(body, child, opened)
+
+
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
 
@@ -140,9 +165,9 @@ class Writer:
                               f'str({ins.extent}) + "), got " + str(value) + " at position (" + {position} + ")")')
 
     def scatter(self, ins: ScatterAdd) -> None:
-        idx = loop_vars(len(ins.domain))
-        with loops(self.out, ins.domain, idx):
-            body = Body(self.out, self.names, idx)
+        body = Body(self.out, self.names, loop_vars(len(ins.domain)))
+        exprs = [ins.expr, *ins.at.children()]
+        with hoisting_loops(self.out, body, exprs, ins.domain, list(range(len(ins.domain)))):
             value = body.value(ins.expr)
             self.out.line(f"{body.gather(ins.at)} += {value}")
 
@@ -186,13 +211,14 @@ class Writer:
         for e in loop_invariants(ins):
             body.value(e)
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
-        with loops(out, [ins.domain[k] for k in outer], [idx[k] for k in outer]):
+        exprs = [s.expr for s in ins.stores] + [a.expr for a in accs]
+        with hoisting_loops(out, body, exprs, ins.domain, outer, range(bound)):
             if not in_registers:
                 self.iteration(ins, body, idx, accumulators)
             else:
                 for acc, a in zip(accumulators, accs):
                     out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
-                with loops(out, [ins.domain[k] for k in axes], [idx[k] for k in axes]):
+                with hoisting_loops(out, body, exprs, ins.domain, list(axes), outer + list(range(bound))):
                     self.iteration(ins, body, idx, accumulators)
                 for acc, a, target in zip(accumulators, accs, targets):
                     out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")

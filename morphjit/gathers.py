@@ -20,7 +20,7 @@ from . import ops
 from .errors import DtypeError, ShapeError
 from .indexing import IndexMap, broadcast_map
 from .ir import TensorType
-from .loopir import Const, Gather, ScatterAdd, loop
+from .loopir import Apply, Const, Gather, ScatterAdd, loop
 from .ops import ELEMENTWISE, STRUCTURAL, broadcast_shapes, defop
 
 
@@ -70,12 +70,21 @@ def _scatter_add_impl(g, *index, shape, axis):
     return out
 
 
-def picks(expr, index, loop_map: IndexMap, axis: int, b_ndim: int):
+def picks(expr, index, extents, loop_map: IndexMap, axis: int, b_ndim: int):
     """The index expressions of a gather or scatter at the loop point ``loop_map`` addresses
-    (an index into the gathered shape): each index array read at the ``B`` part of it."""
+    (an index into the gathered shape): each index array read at the ``B`` part of it, a negative
+    index counting from the end of its axis (of extent ``extents[k]``)."""
     b_rows = IndexMap(loop_map.offsets[axis:axis + b_ndim], loop_map.coeffs[axis:axis + b_ndim])
     b_shape = broadcast_shapes("gather", *(i.shape for i in index))
-    return tuple(expr(i, b_rows.then(broadcast_map(i.shape, b_shape))) for i in index)
+    return tuple(from_the_end(expr(i, b_rows.then(broadcast_map(i.shape, b_shape))), n, i.dtype)
+                 for i, n in zip(index, extents))
+
+
+def from_the_end(i, extent, dtype) -> Apply:
+    """``i`` if it is not negative, else ``i + extent`` (the range check admits [-extent, extent))."""
+    zero = Const(0, dtype)
+    return Apply("where", (Apply("lt", (i, zero), (), np.dtype(np.bool_)),
+                           Apply("add", (i, Const(extent, dtype)), (), dtype), i), (), dtype)
 
 
 def address(var, index_exprs, loop_map: IndexMap, axis: int, b_ndim: int) -> Gather:
@@ -92,7 +101,8 @@ def address(var, index_exprs, loop_map: IndexMap, axis: int, b_ndim: int) -> Gat
 def _gather_body(expr, b, imap: IndexMap) -> Gather:
     x, *index = b.inputs
     axis, b_ndim = b.kwargs["axis"], b.out.ndim - x.ndim + len(index)
-    return address(x, picks(expr, index, imap, axis, b_ndim), imap, axis, b_ndim)
+    extents = x.shape[axis:axis + len(index)]
+    return address(x, picks(expr, index, extents, imap, axis, b_ndim), imap, axis, b_ndim)
 
 
 def _scatter_add_nests(expr, b) -> list:
@@ -100,7 +110,8 @@ def _scatter_add_nests(expr, b) -> list:
     g, *index = b.inputs
     axis, b_ndim = b.kwargs["axis"], g.ndim - b.out.ndim + len(index)
     here = IndexMap.identity(g.ndim)
-    at = address(b.out, picks(expr, index, here, axis, b_ndim), here, axis, b_ndim)
+    extents = b.out.shape[axis:axis + len(index)]
+    at = address(b.out, picks(expr, index, extents, here, axis, b_ndim), here, axis, b_ndim)
     return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, here))]
 
 

@@ -143,16 +143,10 @@ def _load(expr: Load, domain, buffer, known, batch, acc) -> np.ndarray:
 
 
 def _gather_index(e: Gather, domain, buffer, batch) -> tuple:
-    """The positions a gather addresses at every point of the domain (negative ones from the end)."""
+    """The positions a gather addresses at every point of the domain."""
     affine = _affine(e.imap, domain)
-    index = []
-    for k, p in enumerate(e.picks):
-        if p is None:
-            index.append(np.broadcast_to(affine[k], domain))
-        else:
-            i = _evaluate(p, domain, buffer, {}, batch).astype(np.intp)
-            index.append(np.where(i < 0, i + evaluate(e.var.shape[k], batch), i))
-    return tuple(index)
+    return tuple(np.broadcast_to(affine[k], domain) if p is None else
+                 _evaluate(p, domain, buffer, {}, batch).astype(np.intp) for k, p in enumerate(e.picks))
 
 
 def _gather(expr: Gather, domain, buffer, known, batch, acc) -> np.ndarray:

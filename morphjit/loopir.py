@@ -10,6 +10,7 @@ per table.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Union
 
@@ -110,6 +111,22 @@ def walk(expr) -> Iterator:
 def loads(expr) -> list[Load | Gather]:
     """Every array read of ``expr`` (plain loads and gathers)."""
     return [e for e in walk(expr) if isinstance(e, (Load, Gather))]
+
+
+@functools.lru_cache(maxsize=4096)
+def loop_axes(expr) -> frozenset[int] | None:
+    """The loop axes (by position in the nest's domain) the value of ``expr`` depends on; None
+    where it reads a reduction's accumulator."""
+    if isinstance(expr, Acc):
+        return None
+    maps = [expr.imap] if isinstance(expr, (Load, Gather)) else [expr.klass] if isinstance(expr, OneHot) else []
+    axes = {j for imap in maps for row in imap.coeffs for j, c in enumerate(row) if c}
+    for child in expr.children():
+        inner = loop_axes(child)
+        if inner is None:
+            return None
+        axes |= inner
+    return frozenset(axes)
 
 
 def replace_loads(expr, var, by):
