@@ -730,17 +730,24 @@ def _index_array(k, extent):
     return k
 
 
-def gather(x, index, axis: int = 0):
+def gather(x, index, axis: int = 0, names=None):
     """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
     arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
-    return _apply("gather", [_as_array(x)] + [_as_array(i) for i in index], axis=int(axis))
+    index = [_as_array(i) for i in index]
+    return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index))
 
 
-def scatter_add(g, index, shape, axis: int = 0):
+def scatter_add(g, index, shape, axis: int = 0, names=None):
     """Zeros of ``shape`` with ``g`` added at the positions ``gather(., index, axis)`` reads;
     repeated positions accumulate."""
-    return _apply("scatter_add", [_as_array(g)] + [_as_array(i) for i in index], shape=tuple(shape),
-                  axis=int(axis))
+    index = [_as_array(i) for i in index]
+    return _apply("scatter_add", [_as_array(g)] + index, shape=tuple(shape), axis=int(axis),
+                  names=names or _argument_names(index))
+
+
+def _argument_names(index) -> tuple[str, ...]:
+    """The argument path of each index array that is an argument of the traced function."""
+    return tuple(i.trace.paths.get(id(i.operand), "") if isinstance(i, Tracer) else "" for i in index)
 
 
 def take(a, indices, axis=None):

@@ -5,7 +5,8 @@
 ``x.shape[:axis] + B + x.shape[axis + m:]``, NumPy's ``x[:, i, j]`` with adjacent index arrays.
 Negative indices count from the end. ``scatter_add(g, *index, shape, axis)`` is its transpose:
 zeros of ``shape`` with every element of ``g`` added at the position the gather reads it from,
-so repeated indices accumulate. Each is the other's VJP.
+so repeated indices accumulate. Each is the other's VJP. ``names`` holds the argument path of
+each index array that is an argument ("" for others), for the range check's message.
 
 In a loop a gather is a ``Gather`` expression (a load whose index along the picked axes is read
 from the index arrays), inlined into its consumers like any element-wise op; a scatter-add is a
@@ -40,13 +41,13 @@ def gathered_shape(x_shape, b_shape, axis: int, count: int) -> tuple:
     return tuple(x_shape[:axis]) + tuple(b_shape) + tuple(x_shape[axis + count:])
 
 
-def _gather_rule(types, axis):
+def _gather_rule(types, axis, names=()):
     x, *index = types
     _picked_axes("gather", x.shape, len(index), axis)
     return TensorType(gathered_shape(x.shape, index_shape("gather", index), axis, len(index)), x.dtype)
 
 
-def _scatter_add_rule(types, shape, axis):
+def _scatter_add_rule(types, shape, axis, names=()):
     g, *index = types
     _picked_axes("scatter_add", shape, len(index), axis)
     expected = gathered_shape(shape, index_shape("scatter_add", index), axis, len(index))
@@ -59,11 +60,11 @@ def _numpy_key(index, axis: int) -> tuple:
     return (slice(None),) * axis + tuple(np.asarray(i, np.intp) for i in index)
 
 
-def _gather_impl(x, *index, axis):
+def _gather_impl(x, *index, axis, names=()):
     return x[_numpy_key(index, axis)]
 
 
-def _scatter_add_impl(g, *index, shape, axis):
+def _scatter_add_impl(g, *index, shape, axis, names=()):
     out = np.zeros(shape, g.dtype)
     key = _numpy_key(index, axis)
     np.add.at(out, key, g)
@@ -115,12 +116,12 @@ def _scatter_add_nests(expr, b) -> list:
     return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, here))]
 
 
-def _gather_vjp(g, ans, x, *index, axis):
-    return (ops.A.scatter_add(g, index, x.shape, axis),) + (None,) * len(index)
+def _gather_vjp(g, ans, x, *index, axis, names=()):
+    return (ops.A.scatter_add(g, index, x.shape, axis, names),) + (None,) * len(index)
 
 
-def _scatter_add_vjp(g, ans, updates, *index, shape, axis):
-    return (ops.A.gather(g, index, axis),) + (None,) * len(index)
+def _scatter_add_vjp(g, ans, updates, *index, shape, axis, names=()):
+    return (ops.A.gather(g, index, axis, names),) + (None,) * len(index)
 
 
 # The source of a gather and all index arrays are read from buffers; the updates of a scatter-add

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .indexing import IndexMap
-from .ir import Namer, Program, Var
+from .ir import Namer, Program, Sym, Var
 from .loopir import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
 from .memory import Slot, assign_slots, write_in_place  # noqa: F401  (train.py takes it from here)
 from .ops import COMPOSITE, OPS, VIEW
@@ -85,16 +85,17 @@ def range_checks(program: Program) -> list[RangeCheck]:
             checks[(id(labels), b.kwargs["depth"])] = RangeCheck(labels, b.kwargs["depth"], "class labels")
         if b.op in ("gather", "scatter_add"):
             shape = b.inputs[0].shape if b.op == "gather" else b.kwargs["shape"]
-            for k, index in enumerate(b.inputs[1:]):
+            names = b.kwargs.get("names") or ("",) * (len(b.inputs) - 1)
+            for k, (index, name) in enumerate(zip(b.inputs[1:], names)):
                 extent = shape[b.kwargs["axis"] + k]
-                if id(index) not in consts:
-                    checks[(id(index), extent)] = RangeCheck(index, extent, f"indices{where(b)}", "IndexError",
-                                                            negative=True)
+                if id(index) not in consts or isinstance(extent, Sym):
+                    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
+                    checks.setdefault((id(index), extent), RangeCheck(index, extent, what, "IndexError", negative=True))
     return list(checks.values())
 
 
 def where(b) -> str:
-    return f" (indexing at {os.path.basename(b.loc.filename)}:{b.loc.lineno})" if b.loc else ""
+    return f" (at {os.path.basename(b.loc.filename)}:{b.loc.lineno})" if b.loc else ""
 
 
 def with_range_checks(program: Program, instructions: list) -> list:

@@ -20,6 +20,7 @@ class Trace:
         self._const_vars: dict[int, tuple[np.ndarray, Var]] = {}
         self.closed = False
         self.loc = None  # when set, the source location given to new bindings
+        self.paths: dict[int, str] = {}  # id(input var) -> the argument path it stands for
 
     def bind(self, op_name: str, operands, **params) -> "Tracer":
         """Append one binding; operands are tracers of this trace, literals or NumPy arrays."""
@@ -217,6 +218,7 @@ def trace_with_tree(fn, args, batched=frozenset()):
     t = Trace()
     tracers = [input_tracer(t, leaf, readable_path(p, names), k in batched)
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
+    t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
     try:
         out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
         outputs = tuple(output_var(t, x) for x in out_leaves)

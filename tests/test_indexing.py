@@ -101,7 +101,7 @@ def test_an_index_out_of_range_raises_index_error_with_value_and_position():
     for bad, shown in [(np.array([0, 5, 1]), "got 5 at position (1)"), (np.array([-6]), "got -6 at position (0)")]:
         with pytest.raises(IndexError, match=r"must lie in \[-5, 5\)") as info:
             compiled(E, bad)
-        assert shown in str(info.value) and "test_indexing.py" in str(info.value)
+        assert shown in str(info.value) and "index argument t (at test_indexing.py:" in str(info.value)
     # the reference executor indexes with NumPy, which raises its own IndexError
     with pytest.raises(IndexError, match="index 5 is out of bounds"):
         mj.compile_loss(lambda E, t: mj.sum(E[t] ** 2), backend="interp")(E, np.array([0, 5]))
@@ -112,7 +112,7 @@ def test_a_traced_scalar_index_out_of_range_raises(backend):
     compiled = mj.compile_loss(lambda E, i: mj.sum(E[i:i + 2] ** 2), backend=backend)
     E = np.ones((5, 2))
     assert compiled(E, 3)[0] == 4.0
-    with pytest.raises(IndexError, match="got 5" if backend == "numba" else "index 5"):
+    with pytest.raises(IndexError, match="computed indices .* got 5" if backend == "numba" else "index 5"):
         compiled(E, 4)
 
 
