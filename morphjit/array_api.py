@@ -441,7 +441,8 @@ class at:
     and ``mj.at(x)[key].set(v)`` return a new array, differentiable in ``x`` and ``v``.
 
     ``add`` accumulates at repeated positions (as ``np.add.at``); ``set`` stores their mean
-    (NumPy keeps the last one written, an order a compiled loop should not depend on)."""
+    (NumPy keeps the last one written, an order a compiled loop should not depend on). With a
+    boolean mask, ``set(v)`` is ``np.where(mask, v, x)`` (``v`` broadcasts against ``x``)."""
 
     def __init__(self, x):
         self.x = x
@@ -461,7 +462,7 @@ class _AtIndex:
         if not is_float(self.x.dtype):
             raise DtypeError(f"mj.at(x)[...].set(v) needs a float array, got {self.x.dtype}", user_location())
         if len(self.key) == 1 and _is_mask(self.key[0]):
-            return where(self.key[0], v, self.x)
+            return where(Masked.select(self.x, self.key[0]).mask, v, self.x)
         placed = _placed(self.x, self.key, astype(_as_array(v), self.x.dtype))
         count = _placed(self.x, self.key, ones_like(getitem(self.x, self.key)))
         return where(count > 0, placed / where(count > 0, count, 1.0), self.x)
