@@ -227,3 +227,14 @@ def test_item_assignment_points_to_at_and_where():
         return mj.sum(x)
     with pytest.raises(mj.UnsupportedError, match=r"mj.at\(x\)\[...\].set\(v\).*np.where\(mask, v, x\)"):
         mj.trace(loss, np.ones(3))
+
+
+def test_at_set_with_a_row_mask_sets_whole_rows_like_numpy():
+    x, rows = np.arange(15.0).reshape(5, 3), np.array([True, False, True, False, False])
+    expected = x.copy()
+    expected[rows] = -1.0
+    compiled = mj.compile_loss(lambda x, rows: mj.sum(mj.at(x)[rows].set(-1.0) * np.arange(15.0).reshape(5, 3)),
+                               backend="interp")
+    value, grad = compiled(x, rows)
+    assert value == np.sum(expected * np.arange(15.0).reshape(5, 3))
+    np.testing.assert_array_equal(grad, np.where(rows[:, None], 0.0, np.arange(15.0).reshape(5, 3)))
