@@ -16,7 +16,7 @@ import numpy as np
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
 from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
-                     ScatterAdd, batched_input, gather_indices, internal_shape, loop_axes)
+                     ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
 from .source import Source
@@ -112,6 +112,21 @@ def loops(out: Source, domain, names: list[str]):
         yield
 
 
+def run_time_extents(exprs, domain, names: Namer) -> list:
+    """``domain`` with the extent of each loop that walks along a gathered (or scattered) row
+    spelled as that array's run-time extent. With a constant trip count LLVM unrolls such a loop
+    into scalar code, since it cannot prove that the row does not overlap what the loop writes;
+    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding)."""
+    extents = list(domain)
+    for g in [g for e in exprs for g in gathers(e)]:
+        for axis, (pick, offset, row) in enumerate(zip(g.picks, g.imap.offsets, g.imap.coeffs)):
+            steps = [j for j, c in enumerate(row) if c]
+            if pick is None and offset == 0 and len(steps) == 1 and row[steps[0]] == 1 \
+                    and isinstance(domain[steps[0]], int) and g.var.shape[axis] == domain[steps[0]]:
+                extents[steps[0]] = f"{names.name(g.var)}.shape[{axis}]"
+    return extents
+
+
 @contextlib.contextmanager
 def hoisting_loops(out: Source, body: Body, exprs, domain, order: list[int], opened=()):
     """Nested loops over the axes ``order`` of ``domain`` (outermost first; the axes ``opened`` are
@@ -167,7 +182,8 @@ class Writer:
     def scatter(self, ins: ScatterAdd) -> None:
         body = Body(self.out, self.names, loop_vars(len(ins.domain)))
         exprs = [ins.expr, *ins.at.children()]
-        with hoisting_loops(self.out, body, exprs, ins.domain, list(range(len(ins.domain)))):
+        domain = run_time_extents([ins.expr, ins.at], ins.domain, self.names)
+        with hoisting_loops(self.out, body, exprs, domain, list(range(len(ins.domain)))):
             value = body.value(ins.expr)
             self.out.line(f"{body.gather(ins.at)} += {value}")
 
@@ -212,13 +228,14 @@ class Writer:
             body.value(e)
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
         exprs = [s.expr for s in ins.stores] + [a.expr for a in accs]
-        with hoisting_loops(out, body, exprs, ins.domain, outer, range(bound)):
+        domain = run_time_extents(exprs, ins.domain, self.names)
+        with hoisting_loops(out, body, exprs, domain, outer, range(bound)):
             if not in_registers:
                 self.iteration(ins, body, idx, accumulators)
             else:
                 for acc, a in zip(accumulators, accs):
                     out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
-                with hoisting_loops(out, body, exprs, ins.domain, list(axes), outer + list(range(bound))):
+                with hoisting_loops(out, body, exprs, domain, list(axes), outer + list(range(bound))):
                     self.iteration(ins, body, idx, accumulators)
                 for acc, a, target in zip(accumulators, accs, targets):
                     out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")

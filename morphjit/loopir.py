@@ -113,6 +113,10 @@ def loads(expr) -> list[Load | Gather]:
     return [e for e in walk(expr) if isinstance(e, (Load, Gather))]
 
 
+def gathers(expr) -> list[Gather]:
+    return [e for e in walk(expr) if isinstance(e, Gather)]
+
+
 @functools.lru_cache(maxsize=4096)
 def loop_axes(expr) -> frozenset[int] | None:
     """The loop axes (by position in the nest's domain) the value of ``expr`` depends on; None
