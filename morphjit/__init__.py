@@ -7,9 +7,10 @@ from .array_api import (
     sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
+from .array_api import at, choose, take, take_along_axis
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
-from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError
+from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
 from .ir import Program, parse
 from .trace import trace

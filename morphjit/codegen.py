@@ -15,8 +15,8 @@ import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest,
-                     batched_input, internal_shape)
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
+                     ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
 from .source import Source
@@ -51,6 +51,10 @@ class Body:
     def load(self, e: Load) -> str:
         return element(self.names.name(e.var), e.imap, self.loop_vars)
 
+    def gather(self, e: Gather) -> str:
+        indices = gather_indices(e, self.loop_vars, lambda k, p: self.value(p))
+        return f"{self.names.name(e.var)}[{', '.join(indices)}]"
+
     def one_hot(self, e: OneHot) -> str:
         (klass,) = e.klass.render(self.loop_vars)
         test = f"{self.value(e.labels)} == {klass}"
@@ -63,7 +67,7 @@ class Body:
 
 
 # How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, OneHot: Body.one_hot, Apply: Body.apply}
+CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply}
 
 
 def loop_invariants(ins: Nest) -> list:
@@ -109,6 +113,50 @@ def loops(out: Source, domain, names: list[str]):
         yield
 
 
+def run_time_extents(exprs, domain, names: Namer) -> list:
+    """``domain`` with the extent of each loop that walks along a gathered (or scattered) row
+    spelled as that array's run-time extent. With a constant trip count LLVM unrolls such a loop
+    into scalar code, since it cannot prove that the row does not overlap what the loop writes;
+    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding)."""
+    extents = list(domain)
+    for g in [g for e in exprs for g in gathers(e)]:
+        for axis, (pick, offset, row) in enumerate(zip(g.picks, g.imap.offsets, g.imap.coeffs)):
+            steps = [j for j, c in enumerate(row) if c]
+            if pick is None and offset == 0 and len(steps) == 1 and row[steps[0]] == 1 \
+                    and isinstance(domain[steps[0]], int) and g.var.shape[axis] == domain[steps[0]]:
+                extents[steps[0]] = f"{names.name(g.var)}.shape[{axis}]"
+    return extents
+
+
+@contextlib.contextmanager
+def hoisting_loops(out: Source, body: Body, exprs, domain, order: list[int], opened=()):
+    """Nested loops over the axes ``order`` of ``domain`` (outermost first; the axes ``opened`` are
+    open already). Where loops remain inside, the largest subexpressions of ``exprs`` that depend
+    only on the open loops are computed first (a gathered row's index, once per row rather than
+    once per element: LLVM would not hoist it itself, as a store in the loop might change it)."""
+    opened = list(opened)
+    with contextlib.ExitStack() as scopes:
+        for k in [None] + list(order):
+            if k is not None:
+                out.line(f"for {body.loop_vars[k]} in range({domain[k]}):")
+                scopes.enter_context(out.indent())
+                opened.append(k)
+            if opened and len(opened) < len(domain):
+                for e in exprs:
+                    hoist(body, e, frozenset(opened))
+        yield
+
+
+def hoist(body: Body, e, opened: frozenset) -> None:
+    """Compute ``e`` now if it depends only on the ``opened`` loops, else its largest parts that do."""
+    axes = loop_axes(e)
+    if axes is not None and axes <= opened:
+        body.value(e)
+    else:
+        for child in e.children():
+            hoist(body, child, opened)
+
+
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
 
@@ -122,13 +170,23 @@ class Writer:
     def write(self, ins) -> None:
         WRITE[type(ins)](self, ins)
 
-    def labelcheck(self, ins: LabelCheck) -> None:
-        idx = loop_vars(ins.labels.ndim)
-        with loops(self.out, ins.labels.shape, idx):
-            self.out.line(f"label = {element(self.names.name(ins.labels), IndexMap.identity(len(idx)), idx)}")
-            self.out.line(f"if label < 0 or label >= {ins.depth}:")
+    def rangecheck(self, ins: RangeCheck) -> None:
+        idx = loop_vars(ins.values.ndim)
+        with loops(self.out, ins.values.shape, idx):
+            self.out.line(f"value = {element(self.names.name(ins.values), IndexMap.identity(len(idx)), idx)}")
+            self.out.line(f"if value < {ins.low} or value >= {ins.extent}:")
             with self.out.indent():
-                self.out.line(f"raise ValueError({ins.message!r})")
+                position = ' + ", " + '.join(f"str({i})" for i in idx) or '""'
+                self.out.line(f'raise {ins.error}({ins.what + " must lie in ["!r} + str({ins.low}) + ", " + '
+                              f'str({ins.extent}) + "), got " + str(value) + " at position (" + {position} + ")")')
+
+    def scatter(self, ins: ScatterAdd) -> None:
+        body = Body(self.out, self.names, loop_vars(len(ins.domain)))
+        exprs = [ins.expr, *ins.at.children()]
+        domain = run_time_extents([ins.expr, ins.at], ins.domain, self.names)
+        with hoisting_loops(self.out, body, exprs, domain, list(range(len(ins.domain)))):
+            value = body.value(ins.expr)
+            self.out.line(f"{body.gather(ins.at)} += {value}")
 
     def alias(self, ins: Alias) -> None:
         shape = internal_shape(ins.out.shape)
@@ -170,13 +228,15 @@ class Writer:
         for e in loop_invariants(ins):
             body.value(e)
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
-        with loops(out, [ins.domain[k] for k in outer], [idx[k] for k in outer]):
+        exprs = [s.expr for s in ins.stores] + [a.expr for a in accs]
+        domain = run_time_extents(exprs, ins.domain, self.names)
+        with hoisting_loops(out, body, exprs, domain, outer, range(bound)):
             if not in_registers:
                 self.iteration(ins, body, idx, accumulators)
             else:
                 for acc, a in zip(accumulators, accs):
                     out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
-                with loops(out, [ins.domain[k] for k in axes], [idx[k] for k in axes]):
+                with hoisting_loops(out, body, exprs, domain, list(axes), outer + list(range(bound))):
                     self.iteration(ins, body, idx, accumulators)
                 for acc, a, target in zip(accumulators, accs, targets):
                     out.line(f"{target} = {self.finished(a, acc, [idx[k] for k in kept])}")
@@ -239,8 +299,8 @@ class Writer:
         return body.value(a.finish)
 
 
-WRITE = {LabelCheck: Writer.labelcheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
-         RowNest: Writer.rownest}
+WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
+         RowNest: Writer.rownest, ScatterAdd: Writer.scatter}
 
 
 class StepWriter(Writer):

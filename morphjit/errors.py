@@ -52,6 +52,10 @@ class TracingError(MorphjitError, TypeError):
     """Python asked a traced value for something only a concrete array has."""
 
 
+class IndexingError(MorphjitError, IndexError):
+    """An index is out of bounds or not an integer array."""
+
+
 class UnsupportedError(MorphjitError, NotImplementedError):
     """A NumPy function or construct that morphjit has no rule for."""
 

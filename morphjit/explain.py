@@ -17,7 +17,7 @@ from . import feedback, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
-from .loopir import Alias, Gemm, LabelCheck, Nest, RowNest
+from .loopir import Alias, Gemm, Nest, RangeCheck, RowNest, ScatterAdd
 from .plan import Plan
 from .runtime import NativeStep
 
@@ -285,7 +285,8 @@ def _reading_roots(v: Var, consumers: dict, fusion: Fusion) -> list[Var]:
 GROUP_OF = {
     Gemm: lambda ins: ("gemm", ins.out.shape),
     Alias: lambda ins: ("alias", ()),
-    LabelCheck: lambda ins: ("check", ()),
+    RangeCheck: lambda ins: ("check", ()),
+    ScatterAdd: lambda ins: ("scatter", ins.domain),
     RowNest: lambda ins: ("rows", ins.prefix),
     Nest: lambda ins: ("reduce" if ins.accumulations else "loop", ins.domain),
 }
@@ -302,7 +303,7 @@ def describe_groups(groups: list[FusionGroup], program: Program) -> str:
     for g in groups:
         where = f" over {list(g.domain)}" if g.domain else ""
         if g.kind == "check":
-            lines.append(f"#{g.index} label range check")
+            lines.append(f"#{g.index} range check")
             continue
         writes = ", ".join(names.use(v) if id(v) in names.names else f"copy:{v.type}" for v in g.outputs)
         lines.append(f"#{g.index} {g.kind}{where} -> {writes}"

@@ -79,9 +79,12 @@ class Fusion:
         return len(self.roots) != before
 
     def _needed_buffers(self, b: Binding) -> list[Var]:
-        """Operands that must be contiguous arrays: BLAS operands and the source of an alias."""
+        """Operands that must be arrays: BLAS operands, the source of an alias, what an op reads from
+        buffers (a gather's source and index arrays)."""
         if self.is_alias(b.out):
             return [b.inputs[0]]
+        if OPS[b.op].buffered is not None:
+            return [x for x in OPS[b.op].buffered(b.inputs) if isinstance(x, Var)]
         if OPS[b.op].kind != MATMUL:
             return []
         needed = []

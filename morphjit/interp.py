@@ -13,7 +13,8 @@ import numpy as np
 
 from .indexing import IndexMap
 from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
-from .loopir import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
+                     ScatterAdd)
 from .ops import OPS
 
 
@@ -67,10 +68,20 @@ class Machine:
     batch: int | None
 
 
-def _check_labels(m: Machine, ins: LabelCheck) -> None:
-    labels = m.buffer(ins.labels)
-    if labels.size and (labels.min() < 0 or labels.max() >= ins.depth):
-        raise ValueError(ins.message)
+def _check_range(m: Machine, ins: RangeCheck) -> None:
+    values, extent = m.buffer(ins.values), evaluate(ins.extent, m.batch)
+    low = -extent if ins.negative else 0
+    bad = np.argwhere((values < low) | (values >= extent))
+    if len(bad):
+        position = ", ".join(str(int(i)) for i in bad[0])
+        error = {"ValueError": ValueError, "IndexError": IndexError}[ins.error]
+        raise error(f"{ins.what} must lie in [{low}, {extent}), got {values[tuple(bad[0])]} at position ({position})")
+
+
+def _scatter_add(m: Machine, ins: ScatterAdd) -> None:
+    domain = evaluate(ins.domain, m.batch)
+    values = _evaluate(ins.expr, domain, m.buffer, {}, m.batch)
+    np.add.at(m.buffer(ins.at.var), _gather_index(ins.at, domain, m.buffer, m.batch), values)
 
 
 def _alias(m: Machine, ins: Alias) -> None:
@@ -90,7 +101,8 @@ def _nests(m: Machine, ins) -> None:
         _run_nest(nest, m.buffer, m.batch)
 
 
-RUN = {LabelCheck: _check_labels, Alias: _alias, Gemm: _gemm, Nest: _nests, RowNest: _nests}
+RUN = {RangeCheck: _check_range, Alias: _alias, Gemm: _gemm, Nest: _nests, RowNest: _nests,
+       ScatterAdd: _scatter_add}
 
 
 def _run_nest(nest, buffer, batch) -> None:
@@ -130,6 +142,17 @@ def _load(expr: Load, domain, buffer, known, batch, acc) -> np.ndarray:
     return buffer(expr.var)[index] if index else np.full(domain, buffer(expr.var)[()])
 
 
+def _gather_index(e: Gather, domain, buffer, batch) -> tuple:
+    """The positions a gather addresses at every point of the domain."""
+    affine = _affine(e.imap, domain)
+    return tuple(np.broadcast_to(affine[k], domain) if p is None else
+                 _evaluate(p, domain, buffer, {}, batch).astype(np.intp) for k, p in enumerate(e.picks))
+
+
+def _gather(expr: Gather, domain, buffer, known, batch, acc) -> np.ndarray:
+    return buffer(expr.var)[_gather_index(expr, domain, buffer, batch)]
+
+
 def _one_hot(expr: OneHot, domain, buffer, known, batch, acc) -> np.ndarray:
     labels = _evaluate(expr.labels, domain, buffer, known, batch)
     (klass,) = _affine(expr.klass, domain)
@@ -145,6 +168,7 @@ EVALUATE = {
     Acc: lambda expr, domain, buffer, known, batch, acc: acc,
     Const: lambda expr, domain, buffer, known, batch, acc: np.full(domain, evaluate(expr.value, batch), expr.dtype),
     Load: _load,
+    Gather: _gather,
     OneHot: _one_hot,
     Apply: _apply,
 }

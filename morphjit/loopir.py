@@ -1,15 +1,16 @@
 """The loop IR of a replay plan: scalar expressions of loop bodies and the instructions over buffers.
 
-Expressions (``Load``, ``Const``, ``Apply``, ``OneHot``, ``Acc``) form a DAG; ``children`` and
+Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Acc``) form a DAG; ``children`` and
 ``rebuild`` are the one way to walk and rebuild them, so ``walk``, ``loads`` and ``replace_loads``
-need not know the node kinds. Instructions (``Gemm``, ``Nest``, ``RowNest``, ``Alias``,
-``LabelCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
+need not know the node kinds. Instructions (``Gemm``, ``Nest``, ``RowNest``, ``ScatterAdd``,
+``Alias``, ``RangeCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
 they run (``nests()``); ``kind`` names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
 each dispatch on the node class through one table, so a new kind is a class here plus one handler
 per table.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Iterator, Union
 
@@ -77,7 +78,27 @@ class OneHot:
         return OneHot(children[0], self.klass, self.dtype)
 
 
-Expr = Union[Load, Const, Acc, Apply, OneHot]
+@dataclass(frozen=True)
+class Gather:
+    """An element of ``var`` whose index along some axes is computed: axis k is read at
+    ``picks[k]`` (an integer expression; a negative one counts from the end) where that is not
+    None, else at the affine index of ``imap`` (whose rows for picked axes are zero).
+
+    To the walkers it is a read of ``var`` through a map that is never the identity and never
+    the same row along a picked axis, so no rewrite treats it as an element-wise read."""
+    var: Var
+    imap: IndexMap
+    picks: tuple
+
+    def children(self) -> tuple:
+        return tuple(p for p in self.picks if p is not None)
+
+    def rebuild(self, children: tuple) -> Gather:
+        given = iter(children)
+        return Gather(self.var, self.imap, tuple(None if p is None else next(given) for p in self.picks))
+
+
+Expr = Union[Load, Gather, Const, Acc, Apply, OneHot]
 
 
 def walk(expr) -> Iterator:
@@ -87,8 +108,29 @@ def walk(expr) -> Iterator:
         yield from walk(child)
 
 
-def loads(expr) -> list[Load]:
-    return [e for e in walk(expr) if isinstance(e, Load)]
+def loads(expr) -> list[Load | Gather]:
+    """Every array read of ``expr`` (plain loads and gathers)."""
+    return [e for e in walk(expr) if isinstance(e, (Load, Gather))]
+
+
+def gathers(expr) -> list[Gather]:
+    return [e for e in walk(expr) if isinstance(e, Gather)]
+
+
+@functools.lru_cache(maxsize=4096)
+def loop_axes(expr) -> frozenset[int] | None:
+    """The loop axes (by position in the nest's domain) the value of ``expr`` depends on; None
+    where it reads a reduction's accumulator."""
+    if isinstance(expr, Acc):
+        return None
+    maps = [expr.imap] if isinstance(expr, (Load, Gather)) else [expr.klass] if isinstance(expr, OneHot) else []
+    axes = {j for imap in maps for row in imap.coeffs for j, c in enumerate(row) if c}
+    for child in expr.children():
+        inner = loop_axes(child)
+        if inner is None:
+            return None
+        axes |= inner
+    return frozenset(axes)
 
 
 def replace_loads(expr, var, by):
@@ -198,24 +240,49 @@ class RowNest:
 
 
 @dataclass(frozen=True, eq=False)
-class LabelCheck:
-    """Raise if a class label read by a one-hot is outside ``[0, depth)``: compiled code compares
-    labels rather than indexing with them, so a bad label would otherwise pass unnoticed."""
-    labels: Var
-    depth: int
+class ScatterAdd:
+    """For every point i of ``domain``: ``at(i) += expr(i)``, where ``at`` addresses the output
+    (a ``Gather`` over it), so repeated positions accumulate. The output is filled first."""
+    domain: tuple[int, ...]
+    at: Gather
+    expr: Expr
+    kind = "scatter"
+
+    @property
+    def outs(self) -> list[Var]:
+        return [self.at.var]
+
+    def reads(self):
+        return [x.var for e in (self.expr,) + self.at.children() for x in loads(e)]
+
+    def nests(self) -> tuple:
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class RangeCheck:
+    """Raise ``error`` if an element of ``values`` is outside ``[0, extent)`` (``[-extent, extent)``
+    where ``negative``), naming ``what`` it is, the value and its position: class labels read by
+    a one-hot (compiled code compares them rather than indexing with them, so a bad one would
+    pass unnoticed), the index arrays of a gather (a bad one would read out of bounds)."""
+    values: Var
+    extent: int | Sym
+    what: str
+    error: str = "ValueError"
+    negative: bool = False
     kind = "check"
 
     outs = property(lambda self: [])
 
     def reads(self):
-        return [self.labels]
+        return [self.values]
 
     def nests(self) -> tuple:
         return ()
 
     @property
-    def message(self) -> str:
-        return f"class labels must lie in [0, {self.depth})"
+    def low(self) -> str:
+        return f"-{self.extent}" if self.negative else "0"
 
 
 @dataclass(frozen=True, eq=False)
@@ -236,7 +303,7 @@ class Alias:
         return ()
 
 
-Instruction = Union[Gemm, Nest, RowNest, LabelCheck, Alias]
+Instruction = Union[Gemm, Nest, RowNest, ScatterAdd, RangeCheck, Alias]
 
 
 def loop(out: Var, expr) -> Nest:
@@ -290,8 +357,14 @@ def _describe_alias(ins: Alias, names, target, flag) -> list[str]:
     return [f"  alias {target(ins.out)} = reshape {names.use(ins.src)}"]
 
 
-def _describe_label_check(ins: LabelCheck, names, target, flag) -> list[str]:
-    return [f"  check 0 <= {names.use(ins.labels)} < {ins.depth}"]
+def _describe_range_check(ins: RangeCheck, names, target, flag) -> list[str]:
+    return [f"  check {ins.low} <= {names.use(ins.values)} < {ins.extent}"]
+
+
+def _describe_scatter(ins: ScatterAdd, names, target, flag) -> list[str]:
+    idx = loop_vars(len(ins.domain))
+    at = describe_expr(ins.at, names, idx).replace(names.use(ins.at.var), target(ins.at.var), 1)
+    return [f"  scatter over {list(ins.domain)}", f"    {at} += {describe_expr(ins.expr, names, idx)}"]
 
 
 def _describe_rows(ins: RowNest, names, target, flag) -> list[str]:
@@ -306,8 +379,8 @@ def _describe_nest(ins: Nest, names, target, flag) -> list[str]:
     return [f"  nest over {list(ins.domain)}{flag}"] + describe_nest(ins, names, target)
 
 
-DESCRIBE = {Gemm: _describe_gemm, Alias: _describe_alias, LabelCheck: _describe_label_check,
-            RowNest: _describe_rows, Nest: _describe_nest}
+DESCRIBE = {Gemm: _describe_gemm, Alias: _describe_alias, RangeCheck: _describe_range_check,
+            RowNest: _describe_rows, Nest: _describe_nest, ScatterAdd: _describe_scatter}
 
 
 def describe_nest(ins: Nest, names: Namer, target) -> list[str]:
@@ -335,8 +408,20 @@ def _describe_apply(e: Apply, names, idx) -> str:
     return f"{e.op}({', '.join(describe_expr(a, names, idx) for a in e.args)}{params})"
 
 
+def gather_indices(e: Gather, loop_vars: list[str], pick) -> list[str]:
+    """The index expressions of a gather's element, ``pick(k, expr)`` spelling a picked axis."""
+    affine = e.imap.render(loop_vars)
+    return [affine[k] if p is None else pick(k, p) for k, p in enumerate(e.picks)]
+
+
+def _describe_gather(e: Gather, names, idx) -> str:
+    indices = gather_indices(e, idx, lambda k, p: "{" + describe_expr(p, names, idx) + "}")
+    return f"{names.use(e.var)}[{', '.join(indices)}]"
+
+
 DESCRIBE_EXPR = {
     Acc: lambda e, names, idx: "acc",
+    Gather: _describe_gather,
     Const: lambda e, names, idx: literal(e.value, e.dtype).replace("np.", ""),
     Load: lambda e, names, idx: element(names.use(e.var), e.imap, idx),
     OneHot: lambda e, names, idx: f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})",

@@ -65,6 +65,8 @@ class Op:
     # nests(expr, b) are the loop nests of a structural op.
     body: Callable | None = None
     nests: Callable[..., list] | None = None
+    # Operands the op's loops read from buffers (never inlined): buffered(inputs) lists them.
+    buffered: Callable[[tuple], tuple] | None = None
 
     @property
     def differentiable(self) -> bool:

@@ -7,13 +7,14 @@ form are the loop IR (``loopir``).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .indexing import IndexMap
-from .ir import Namer, Program, Var
-from .loopir import Alias, Instruction, LabelCheck, Load, describe_instructions, loop
+from .ir import Namer, Program, Sym, Var
+from .loopir import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
 from .memory import Slot, assign_slots, write_in_place  # noqa: F401  (train.py takes it from here)
 from .ops import COMPOSITE, OPS, VIEW
 from .selection import Selector
@@ -67,22 +68,45 @@ def make_plan(program: Program) -> Plan:
     selector = Selector(program)
     instructions = selector.instructions()
     outputs, copies = private_outputs(program, selector.fusion.aliases)
-    plan = Plan(program, program.inputs, program.consts, outputs, with_label_checks(program, instructions) + copies)
+    plan = Plan(program, program.inputs, program.consts, outputs, with_range_checks(program, instructions) + copies)
     assign_slots(plan)
     return plan
 
 
-def with_label_checks(program: Program, instructions: list) -> list:
-    """``instructions`` with a range check of the class labels of each one-hot: first for labels
-    that are inputs, else right after the instruction that writes them (fusion gives them a
-    buffer), so before any instruction reads them."""
-    wanted = {(id(b.inputs[0]), b.kwargs["depth"]): b.inputs[0] for b in program.bindings if b.op == "one_hot"}
-    checks = [LabelCheck(labels, depth) for (_, depth), labels in wanted.items()]
-    written = {id(v) for ins in instructions for v in ins.outs}
-    result = [c for c in checks if id(c.labels) not in written]
+def range_checks(program: Program) -> list[RangeCheck]:
+    """A range check of the class labels one-hot reads (inputs, or computed into a buffer by
+    fusion), and of each index array of a gather or scatter-add that is not a constant (those are
+    checked as they are traced; the others are inputs or computed into buffers, see
+    ``Op.buffered``)."""
+    consts = {id(v) for v, _ in program.consts}
+    checks = {}
+    for b in program.bindings:
+        if b.op == "one_hot":
+            labels = b.inputs[0]
+            checks[(id(labels), b.kwargs["depth"])] = RangeCheck(labels, b.kwargs["depth"], "class labels")
+        if b.op in ("gather", "scatter_add"):
+            shape = b.inputs[0].shape if b.op == "gather" else b.kwargs["shape"]
+            names = b.kwargs.get("names") or ("",) * (len(b.inputs) - 1)
+            for k, (index, name) in enumerate(zip(b.inputs[1:], names)):
+                extent = shape[b.kwargs["axis"] + k]
+                if id(index) not in consts or isinstance(extent, Sym):
+                    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
+                    checks.setdefault((id(index), extent), RangeCheck(index, extent, what, "IndexError", negative=True))
+    return list(checks.values())
+
+
+def where(b) -> str:
+    return f" (at {os.path.basename(b.loc.filename)}:{b.loc.lineno})" if b.loc else ""
+
+
+def with_range_checks(program: Program, instructions: list) -> list:
+    """The instructions with each range check as early as possible: before all of them for an
+    input, right after the instruction writing a computed value."""
+    pending = range_checks(program)
+    result = [c for c in pending if not any(c.values in ins.outs for ins in instructions)]
     for ins in instructions:
-        outs = {id(v) for v in ins.outs}
-        result += [ins] + [c for c in checks if id(c.labels) in outs]
+        result.append(ins)
+        result += [c for c in pending if c.values in ins.outs]
     return result
 
 

@@ -20,6 +20,7 @@ class Trace:
         self._const_vars: dict[int, tuple[np.ndarray, Var]] = {}
         self.closed = False
         self.loc = None  # when set, the source location given to new bindings
+        self.paths: dict[int, str] = {}  # id(input var) -> the argument path it stands for
 
     def bind(self, op_name: str, operands, **params) -> "Tracer":
         """Append one binding; operands are tracers of this trace, literals or NumPy arrays."""
@@ -161,8 +162,10 @@ class Tracer:
     __getitem__ = lambda self, key: A.getitem(self, key)
 
     def __setitem__(self, key, value):
-        raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported: "
-                               "build the value with mj.where or mj.concatenate instead", user_location())
+        raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
+                               "array cannot be changed in place): write x = mj.at(x)[...].set(v) (or "
+                               ".add(v) for np.add.at), or x = np.where(mask, v, x) for x[mask] = v",
+                               user_location())
 
     def reshape(self, *shape, order="C"):
         return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
@@ -215,6 +218,7 @@ def trace_with_tree(fn, args, batched=frozenset()):
     t = Trace()
     tracers = [input_tracer(t, leaf, readable_path(p, names), k in batched)
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
+    t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
     try:
         out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
         outputs = tuple(output_var(t, x) for x in out_leaves)
@@ -254,7 +258,16 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
                        f"arrays, Python scalars, or dicts, lists and tuples of them", user_location())
 
 
+class NotAnArray:
+    """A traced value that cannot be an array (``x[mask]``, whose shape depends on the data);
+    ``why`` says what to write instead, ``loc`` is where it was made."""
+    why = ""
+    loc = None
+
+
 def output_var(t: Trace, x) -> Var:
+    if isinstance(x, NotAnArray):
+        raise UnsupportedError(f"the function returned {x.why}", x.loc or user_location())
     if not isinstance(x, (Tracer, np.ndarray, np.generic, bool, int, float)):
         raise TracingError(f"the function returned a {type(x).__name__}; it must return arrays",
                            user_location())

@@ -264,7 +264,17 @@ class _Builder:
     def view(self):
         x = self.pick()
         kind = self.draw(st.sampled_from(["slice", "reshape", "ravel", "transpose", "swapaxes", "slice",
-                                          "expand_dims", "squeeze", "broadcast_to", "T"]))
+                                          "expand_dims", "squeeze", "broadcast_to", "T", "gather"]))
+        if kind == "gather":
+            # An integer index array (data, with repeated and negative entries) along one axis.
+            if x.ndim == 0:
+                return None
+            axis = self.draw(st.integers(0, x.ndim - 1))
+            size = x.shape[axis]
+            index_shape = tuple(self.draw(st.lists(st.integers(1, 4), max_size=2)))
+            index = self.data_array("idx", self.rng.integers(-size, size, index_shape))
+            shape = x.shape[:axis] + index_shape + x.shape[axis + 1:]
+            return self.emit(f"{x.name}[{':, ' * axis}{index}]", shape, x.lo, x.hi, [x])
         if kind == "reshape":
             shape = self.draw(_factorizations(x.size))
             return self.emit(f"ns.reshape({x.name}, {shape!r})", shape, x.lo, x.hi, [x])

@@ -155,20 +155,24 @@ def ufunc_out(x):
     return np.exp(x, out=np.empty_like(X))  # <- error
 
 
-def index_with_array(x):
-    return x[np.array([0, 2])]  # <- error
+def index_array_out_of_range(x):
+    return x[np.array([0, 7])]  # <- error
 
 
-def index_with_list(x):
-    return x[[0, 2]]  # <- error
+def index_list_out_of_range(x):
+    return x[:, [0, -4]]  # <- error
+
+
+def index_with_floats(x):
+    return x[np.array([0.0, 2.0])]  # <- error
+
+
+def index_with_float_tracer(x):
+    return x[x[:, 0]]  # <- error
 
 
 def index_with_mask(x):
     return x[x > 0]  # <- error
-
-
-def index_with_tracer(x, labels):
-    return x[labels]  # <- error
 
 
 def index_out_of_range(x):
@@ -256,13 +260,14 @@ ERRORS = [
     (floor_ufunc, (X,), mj.UnsupportedError, ["np.floor", "not supported"]),
     (ufunc_reduce, (X,), mj.UnsupportedError, ["np.add.reduce", "not supported"]),
     (ufunc_out, (X,), mj.UnsupportedError, ["np.exp", "out="]),
-    (index_with_array, (X,), mj.UnsupportedError, ["indexing with ndarray", "slices"]),
-    (index_with_list, (X,), mj.UnsupportedError, ["indexing with list"]),
-    (index_with_mask, (X,), mj.UnsupportedError, ["indexing with Tracer"]),
-    (index_with_tracer, (X, LABELS), mj.UnsupportedError, ["indexing with Tracer", "one_hot"]),
+    (index_array_out_of_range, (X,), mj.IndexingError, ["index 7", "size 4"]),
+    (index_list_out_of_range, (X,), mj.IndexingError, ["index -4", "size 3"]),
+    (index_with_floats, (X,), mj.IndexingError, ["integers", "float64"]),
+    (index_with_float_tracer, (X,), mj.IndexingError, ["integers", "float32"]),
+    (index_with_mask, (X,), mj.UnsupportedError, ["boolean mask", "np.where"]),
     (index_out_of_range, (X,), mj.ShapeError, ["index 4", "size 4"]),
     (too_many_indices, (X,), mj.ShapeError, ["too many indices"]),
-    (item_assignment, (X,), mj.UnsupportedError, ["item assignment", "mj.where"]),
+    (item_assignment, (X,), mj.UnsupportedError, ["item assignment", "mj.at(x)", "np.where"]),
     (string_operand, (X,), mj.TracingError, ["str"]),
     (none_operand, (X,), mj.TracingError, ["NoneType"]),
     (bad_reshape, (X,), mj.ShapeError, ["reshape", "(4, 3)", "(5, -1)"]),

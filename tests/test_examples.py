@@ -25,7 +25,7 @@ def load():
 
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
-    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic"}
+    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic", "char_embeddings"}
 
 
 def test_mlp_digits(load, capsys):
@@ -59,6 +59,13 @@ def test_curve_fit_recovers_parameters(load):
     for k, true in result["true"].items():
         assert result["fitted"][k] == pytest.approx(true, abs=0.05), k
     assert result["final_loss"] < 0.05                               # about the noise variance, 0.04
+
+
+def test_char_embeddings_learns_beyond_character_frequencies(load, capsys):
+    result = load("char_embeddings").main(steps=300)
+    assert result["grad_diff"] < 1e-10
+    assert result["final_loss"] < 0.5 * result["unigram_loss"] < result["initial_loss"]
+    assert "character frequencies alone" in capsys.readouterr().out
 
 
 def test_progress_redraws_in_place_on_a_tty(load):

@@ -126,7 +126,7 @@ def test_html_source_is_highlighted_with_pygments_and_plain_without(mlp, monkeyp
     page = report._repr_html_()
     assert "<span style=" not in page
     source_block = page.split("generated source")[1]
-    assert "<pre>" in source_block and "label &lt; 0 or label &gt;= 5" in source_block
+    assert "<pre>" in source_block and "value &lt; 0 or value &gt;= 5" in source_block
     parse_html(page)
 
 

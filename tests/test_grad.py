@@ -168,6 +168,25 @@ case("concatenate", lambda ns, a, b: ns.stack([a, b]), [(2, 3), (2, 3)], "stack0
 case("concatenate", lambda ns, a, b: ns.stack([a, b], axis=-1), [(2, 3), (2, 3)], "stack-1")
 case("concatenate", lambda ns, a, b: ns.stack([a, b, a], axis=1), [(4,), (4,)], "stack1")
 
+# Integer-array indexing: the gradient is a scatter-add, so repeated indices must accumulate.
+_DUP = np.array([2, 0, 2, -1, 2])
+_PICK = np.array([[0, 2, 2, 0]] * 4)[..., None]
+for _name, _fn in [("rows", lambda ns, x: x[_DUP]), ("cols", lambda ns, x: x[:, _DUP]),
+                   ("pairs", lambda ns, x: x[np.arange(5) % 4, _DUP]),
+                   ("broadcast-pairs", lambda ns, x: x[_DUP[:, None], np.array([0, 0, -3])]),
+                   ("separated", lambda ns, x: x[_DUP % 4, :, _DUP[::-1]]),
+                   ("int-and-array", lambda ns, x: x[1, ..., _DUP]),
+                   # autograd has no take or take_along_axis: it indexes instead
+                   ("take", lambda ns, x: ns.take(x, _DUP, axis=-1) if ns is mj else x[:, _DUP]),
+                   ("take-flat", lambda ns, x: ns.take(x, _DUP * 3) if ns is mj else x[_DUP, 0]),
+                   ("take_along_axis", lambda ns, x: ns.take_along_axis(x, _PICK, 1) if ns is mj
+                    else x[np.arange(4)[:, None, None], _PICK, np.arange(4)])]:
+    case("gather", _fn, [(4, 3, 4)] if _name in ("separated", "int-and-array", "take_along_axis") else [(4, 3)],
+         _name)
+case("gather", lambda ns, a, b: ns.choose(_DUP[:4] % 2, [a, b]) if ns is mj else
+     ns.where(_DUP[:4] % 2 == 1, b, a), [(3, 4), (4,)], "choose")
+case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
+                                   else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
 
 _ROWS = np.zeros((5, 2))
 _ROWS[[1, 3], [0, 1]] = 1.0

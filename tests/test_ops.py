@@ -216,6 +216,66 @@ def index_make(rng, dt):
     return (x,), dict(key=rand_index(rng, x.shape))
 
 
+def advanced_index(rng, shape):
+    """An integer-array index: index arrays (negative and repeated entries, broadcasting shapes)
+    on some axes, adjacent or separated, with ints, slices, None and ... elsewhere."""
+    arrays = int(rng.integers(1, min(3, len(shape)) + 1))
+    picked = sorted(rng.permutation(len(shape))[:arrays])
+    family = broadcast_family(rng, arrays, 0, 2)
+    key = []
+    for k, d in enumerate(shape):
+        if k in picked:
+            key.append(rng.integers(-d, d, size=family[picked.index(k)]))
+        elif rng.random() < 0.2:
+            key.append(int(rng.integers(-d, d)))
+        else:
+            key.append(slice(rng.choice([None, 1]), None, rng.choice([None, 2, -1])))
+        if rng.random() < 0.1:
+            key.append(None)
+    if rng.random() < 0.3 and not isinstance(key[-1], np.ndarray):
+        key = key[:-1] + [Ellipsis]
+    return tuple(key)
+
+
+def advanced_index_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 4, max_dim=5), dt)
+    return (x,), dict(key=advanced_index(rng, x.shape))
+
+
+def take_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3, max_dim=5), dt)
+    axis = rng.choice([None] + list(range(-x.ndim, x.ndim)))
+    n = x.size if axis is None else x.shape[axis]
+    return (x, rng.integers(-n, n, size=rand_shape(rng, 0, 2))), dict(axis=axis)
+
+
+def take_along_axis_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3, max_dim=5), dt)
+    axis = int(rng.integers(-x.ndim, x.ndim))
+    shape = [d if rng.random() < 0.7 else 1 for d in x.shape]
+    shape[axis] = int(rng.integers(1, 6))
+    return (x, rng.integers(-x.shape[axis], x.shape[axis], size=shape)), dict(axis=axis)
+
+
+def choose_make(rng, dt):
+    shapes = broadcast_family(rng, 4, 0, 3)
+    return (rng.integers(0, 3, size=shapes[0]),) + tuple(values(rng, s, dt) for s in shapes[1:]), {}
+
+
+def scatter_add_make(rng, dt):
+    shape = rand_shape(rng, 1, 3, max_dim=5)
+    axis = int(rng.integers(0, len(shape)))
+    index = rng.integers(-shape[axis], shape[axis], size=rand_shape(rng, 0, 2))
+    g = values(rng, shape[:axis] + index.shape + shape[axis + 1:], dt)
+    return (g, index), dict(shape=shape, axis=axis)
+
+
+def _scatter_add_ref(g, index, shape, axis):
+    out = np.zeros(shape, g.dtype)
+    np.add.at(out, (slice(None),) * axis + (index,), g)
+    return out
+
+
 def unslice_make(rng, dt):
     shape = rand_shape(rng, 1, 3, max_dim=6)
     key = tuple(slice(*s) for s in (
@@ -415,6 +475,15 @@ def _cases():
              lambda x, shape: np.broadcast_to(x, shape), broadcast_to_make),
         Case("slice", "basic-index", lambda x, key: array_api.getitem(x, key), lambda x, key: x[key],
              index_make),
+        Case("gather", "advanced-index", lambda x, key: array_api.getitem(x, key), lambda x, key: x[key],
+             advanced_index_make),
+        Case("gather", "take", lambda x, i, axis: mj.take(x, i, axis=axis),
+             lambda x, i, axis: np.take(x, i, axis=axis), take_make),
+        Case("gather", "take_along_axis", lambda x, i, axis: mj.take_along_axis(x, i, axis),
+             lambda x, i, axis: np.take_along_axis(x, i, axis), take_along_axis_make),
+        Case("gather", "choose", lambda a, *cs: mj.choose(a, cs), lambda a, *cs: np.choose(a, cs), choose_make),
+        Case("scatter_add", "repeated-indices", lambda g, i, shape, axis: array_api.scatter_add(g, (i,), shape, axis),
+             _scatter_add_ref, scatter_add_make),
         Case("unslice", "unslice", array_api.unslice,
              lambda g, shape, starts, stops, steps: _place(g, shape, unslice_key(shape, starts, stops, steps)),
              unslice_make),

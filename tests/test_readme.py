@@ -30,6 +30,7 @@ def test_python_blocks_run_in_order(capsys):
     out = capsys.readouterr().out
     assert "matmul" in out and "at README.md block" in out     # the error names the user's line
     assert "<compiled loss 'loss': 1 signature" in out
+    assert "index argument tokens (at README.md" in out and "must lie in [-20, 20)" in out and set(namespace["emb_grads"]) == {"E", "W"}
 
 
 @pytest.mark.parametrize("line", SHELL_LINES)

@@ -87,6 +87,12 @@ NUMPY_CASES = {
     "indexing": lambda x, t: (x[0], x[-1], x[1:], x[::-1], x[::2, ::-2], x[None], x[..., 0], x[:, None, 1:],
                               x[-1, ::-3], t[1:, ..., ::-1], t[0, -1], t[:, 0, None, -2:], t[..., None], x[0, 0],
                               t[::-2, 1::2, 0], x[:, -1:-100:-1]),
+    # integer-array indexing
+    "advanced-indexing": lambda x6, t: (x6[:, [0, 5, 0]], x6[:, np.array([-1, 1])], t[[0, -1], :, [0, -1]],
+                                        t[:, [[0], [-1]], [0, 0]], x6[np.array([0, -1, 0]), np.array([1, 5, 0])],
+                                        np.take(x6, [3, 0], axis=-1), np.take(t, [0, -1, 0]),
+                                        np.take_along_axis(x6, np.array([[0, 4]]), 1), t[0, None, [0, 0]],
+                                        np.choose(np.array([[1], [0]]) * np.ones(x6.shape[1], int)[:2], [x6[:1, :2], -x6[:1, :2]])),
     # Python protocols
     "python": lambda x: (len(x), sum(row for row in x), [r * 2 for r in x][-1], x.shape[0] * x,
                          x.ndim + x, x.size * x),
