@@ -60,7 +60,7 @@ def test_concurrent_calls_with_different_batch_sizes_agree_with_one_thread(with_
                 np.testing.assert_array_equal(grads[k], expected[n][1][k])
 
     run_threads(work)
-    assert step.cache_info().misses == 1
+    assert step.cache_info().misses == 1 + (1 in BATCHES)   # a batch of one has a step of its own
 
 
 def test_concurrent_training_steps_agree_with_one_thread():
