@@ -15,7 +15,7 @@ import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest,
+from .loopir import (Acc, Alias, Apply, Const, Gemm, LabelCheck, Lapack, Load, Nest, OneHot, RowNest,
                      batched_input, internal_shape)
 from .ops import OPS
 from .plan import Plan
@@ -148,6 +148,23 @@ class Writer:
             name = f"{name}[{', '.join(rows)}]"
         return name + (".T" if transposed else "")
 
+    def lapack(self, ins: Lapack) -> None:
+        """A kernel of ``morphjit.lapack`` per batch element, on each operand's core."""
+        batch = ins.batch
+        idx = loop_vars(len(batch))
+        args = [self.core(v, core, batch, idx) for v, core in zip(ins.inputs + (ins.out,), ins.core)]
+        args += [f"{k}={v!r}" for k, v in ins.params]
+        with loops(self.out, batch, idx):
+            self.out.line(f"lapack.{ins.routine}({', '.join(args)})")
+
+    def core(self, v: Var, core: int, batch, idx) -> str:
+        """``v`` at the batch point ``idx``; a scalar result as a one-element slice."""
+        name = self.names.name(v)
+        rows = broadcast_map(v.shape[:len(v.shape) - core], batch).render(idx) if batch else []
+        if core == 0 and rows:
+            rows[-1] = f"{rows[-1]}:{rows[-1]} + 1"
+        return f"{name}[{', '.join(rows)}]" if rows else name
+
     def nest(self, ins: Nest, bound: int = 0) -> None:
         """One loop nest: every value of the body first, then the stores, then the reductions.
 
@@ -238,8 +255,8 @@ class Writer:
         return body.value(a.finish)
 
 
-WRITE = {LabelCheck: Writer.labelcheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
-         RowNest: Writer.rownest}
+WRITE = {LabelCheck: Writer.labelcheck, Alias: Writer.alias, Gemm: Writer.gemm, Lapack: Writer.lapack,
+         Nest: Writer.nest, RowNest: Writer.rownest}
 
 
 class StepWriter(Writer):
@@ -273,6 +290,8 @@ class StepWriter(Writer):
         out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
         out.line("import numpy as np")
         out.line("import numba")
+        if any(ins.kind == "lapack" for ins in self.plan.instructions):
+            out.line("import morphjit.lapack as lapack")
         calls = self.helpers()
         out.line("")
         out.line("")

@@ -17,7 +17,7 @@ from . import feedback
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
-from .loopir import Alias, Gemm, LabelCheck, Nest, RowNest
+from .loopir import Alias, Gemm, LabelCheck, Lapack, Nest, RowNest
 from .plan import Plan
 from .runtime import NativeStep
 
@@ -282,6 +282,7 @@ def _reading_roots(v: Var, consumers: dict, fusion: Fusion) -> list[Var]:
 # Each kind of instruction as a fusion group: its label and the domain of its loops.
 GROUP_OF = {
     Gemm: lambda ins: ("gemm", ins.out.shape),
+    Lapack: lambda ins: ("lapack", ins.out.shape),
     Alias: lambda ins: ("alias", ()),
     LabelCheck: lambda ins: ("check", ()),
     RowNest: lambda ins: ("rows", ins.prefix),

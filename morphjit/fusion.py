@@ -17,10 +17,10 @@ from collections import defaultdict
 
 from .indexing import is_unit_reshape
 from .ir import Binding, Program, Var, magnitude
-from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
+from .ops import ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
 
 RECOMPUTE_LIMIT = 4
-KERNELS = (MATMUL, REDUCE, STRUCTURAL)
+KERNELS = (MATMUL, REDUCE, STRUCTURAL, LINALG)
 
 
 def regroups_axes(b: Binding) -> bool:
@@ -77,9 +77,11 @@ class Fusion:
         return len(self.roots) != before
 
     def _needed_buffers(self, b: Binding) -> list[Var]:
-        """Operands that must be contiguous arrays: BLAS operands and the source of an alias."""
+        """Operands that must be contiguous arrays: BLAS and LAPACK operands and the source of an alias."""
         if self.is_alias(b.out):
             return [b.inputs[0]]
+        if OPS[b.op].kind == LINALG:
+            return [x for x in b.inputs if isinstance(x, Var)]
         if OPS[b.op].kind != MATMUL:
             return []
         needed = []

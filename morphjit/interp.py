@@ -13,7 +13,7 @@ import numpy as np
 
 from .indexing import IndexMap
 from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
-from .loopir import Acc, Alias, Apply, Const, Gemm, LabelCheck, Load, Nest, OneHot, RowNest
+from .loopir import Acc, Alias, Apply, Const, Gemm, LabelCheck, Lapack, Load, Nest, OneHot, RowNest
 from .ops import OPS
 
 
@@ -83,6 +83,10 @@ def _gemm(m: Machine, ins: Gemm) -> None:
     m.buffer(ins.out)[...] = np.matmul(a, b)
 
 
+def _lapack(m: Machine, ins: Lapack) -> None:
+    m.buffer(ins.out)[...] = OPS[ins.routine].impl(*map(m.buffer, ins.inputs), **dict(ins.params))
+
+
 def _nests(m: Machine, ins) -> None:
     """A nest, or a row nest's parts in order: they read earlier parts row by row, so whole parts
     in order agree."""
@@ -90,7 +94,7 @@ def _nests(m: Machine, ins) -> None:
         _run_nest(nest, m.buffer, m.batch)
 
 
-RUN = {LabelCheck: _check_labels, Alias: _alias, Gemm: _gemm, Nest: _nests, RowNest: _nests}
+RUN = {LabelCheck: _check_labels, Alias: _alias, Gemm: _gemm, Lapack: _lapack, Nest: _nests, RowNest: _nests}
 
 
 def _run_nest(nest, buffer, batch) -> None:

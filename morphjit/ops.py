@@ -37,6 +37,7 @@ MATMUL = "matmul"             # batched GEMM
 STRUCTURAL = "structural"     # moves data: concatenate, unslice
 COMPOSITE = "composite"       # numerically stable row-wise ops (softmax family)
 SOURCE = "source"             # creates data from parameters only
+LINALG = "linalg"             # a LAPACK routine over the last axes, batched over the leading ones
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ class Op:
     # nests(expr, b) are the loop nests of a structural op.
     body: Callable | None = None
     nests: Callable[..., list] | None = None
+    # LAPACK ops: the core rank of each operand and then of the output (the leading axes batch).
+    core: tuple[int, ...] | None = None
 
     @property
     def differentiable(self) -> bool:
