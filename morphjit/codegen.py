@@ -9,7 +9,10 @@ shape () are passed as one-element vectors.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
@@ -110,6 +113,12 @@ def loops(out: Source, domain, names: list[str]):
 
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
+
+
+@functools.cache
+def kernels_digest() -> str:
+    """A digest of ``morphjit/lapack.py``, whose kernels a cached step has compiled in."""
+    return hashlib.sha256((Path(__file__).parent / "lapack.py").read_bytes()).hexdigest()[:16]
 
 
 class Writer:
@@ -291,7 +300,8 @@ class StepWriter(Writer):
         out.line("import numpy as np")
         out.line("import numba")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
-            out.line("import morphjit.lapack as lapack")
+            # The kernels' digest makes the text, and so the disk-cache key, change with them.
+            out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
         calls = self.helpers()
         out.line("")
         out.line("")

@@ -8,7 +8,8 @@ an upper one there and a left solve is a right solve.
 
 The routines are external symbols registered with LLVM when this module loads (which the
 generated module's import does first), so steps calling them cache to disk like any other.
-Failures raise ``numpy.linalg.LinAlgError`` with NumPy's and SciPy's messages.
+Failures raise ``numpy.linalg.LinAlgError`` with NumPy's and SciPy's messages; NaN input gives
+NaN output, as in NumPy.
 """
 from __future__ import annotations
 
@@ -100,39 +101,64 @@ def solve_triangular(a, b, out, lower, trans):
 
 
 @numba.njit(**JIT)
+def _finite(*arrays):
+    """numba's np.linalg raises on a NaN or inf where NumPy returns NaN: the kernels below give
+    NaN themselves for such input, so that it reaches the loss as it does in NumPy."""
+    for x in arrays:
+        if not np.all(np.isfinite(x)):
+            return False
+    return True
+
+
+@numba.njit(**JIT)
 def solve(a, b, out):
-    out[...] = np.linalg.solve(a, b)
+    if _finite(a, b):
+        out[...] = np.linalg.solve(a, b)
+    else:
+        out[...] = np.nan
 
 
 @numba.njit(**JIT)
 def inv(a, out):
-    out[...] = np.linalg.inv(a)
+    if _finite(a):
+        out[...] = np.linalg.inv(a)
+    else:
+        out[...] = np.nan
 
 
 @numba.njit(**JIT)
 def det(a, out):
-    out[0] = np.linalg.det(a)
+    out[0] = np.linalg.det(a) if _finite(a) else np.nan
 
 
 @numba.njit(**JIT)
 def slogdet(a, out):
-    sign, logdet = np.linalg.slogdet(a)
-    out[0] = sign
-    out[1] = logdet
+    if _finite(a):
+        sign, logdet = np.linalg.slogdet(a)
+        out[0] = sign
+        out[1] = logdet
+    else:
+        out[...] = np.nan
 
 
 @numba.njit(**JIT)
 def eigh(a, out):
     """``out[0]`` = the eigenvalues, ``out[1:]`` the eigenvectors (columns)."""
-    w, v = np.linalg.eigh(a)
-    out[0] = w
-    out[1:] = v
+    if _finite(a):
+        w, v = np.linalg.eigh(a)
+        out[0] = w
+        out[1:] = v
+    else:
+        out[...] = np.nan
 
 
 @numba.njit(**JIT)
 def qr(a, out):
     """``out[:, :m]`` = Q transposed, ``out[:, m:]`` = R (reduced)."""
-    m = a.shape[0]
-    q, r = np.linalg.qr(a)
-    out[:, :m] = q.T
-    out[:, m:] = r
+    if _finite(a):
+        m = a.shape[0]
+        q, r = np.linalg.qr(a)
+        out[:, :m] = q.T
+        out[:, m:] = r
+    else:
+        out[...] = np.nan
