@@ -25,7 +25,7 @@ def load():
 
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
-    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit"}
+    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "gp_regression"}
 
 
 def test_mlp_digits(load, capsys):
@@ -59,6 +59,13 @@ def test_curve_fit_recovers_parameters(load):
     for k, true in result["true"].items():
         assert result["fitted"][k] == pytest.approx(true, abs=0.05), k
     assert result["final_loss"] < 0.05                               # about the noise variance, 0.04
+
+
+def test_gp_regression_reaches_the_optimum_of_scikit_learn(load, capsys):
+    result = load("gp_regression").main(n=40)
+    assert abs(result["lml"] - result["sklearn_lml"]) <= 1e-6 * abs(result["sklearn_lml"])
+    np.testing.assert_allclose(result["theta"], result["sklearn_theta"], atol=1e-3)
+    assert "scikit-learn" in capsys.readouterr().out
 
 
 def test_progress_redraws_in_place_on_a_tty(load):
