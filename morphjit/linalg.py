@@ -321,7 +321,42 @@ def qr(a, mode="reduced"):
                     A.getitem(packed, (Ellipsis, slice(None), slice(m, m + n))))
 
 
+def lstsq(a, b, rcond=None):
+    """``np.linalg.lstsq`` for ``a`` of full column rank (m >= n), by reduced QR:
+    ``(x, residuals, rank, s)``, ``rank`` being ``n`` and ``s`` the singular values (from the
+    eigenvalues of ``R^T R``). A rank-deficient ``a`` is outside its contract."""
+    a, b, vector = _system_rectangular("lstsq", a, b)
+    q, r = qr(a)
+    x = _apply("solve_triangular", [r, A.swap_last(q) @ b], lower=False, trans=False)
+    m, n = a.shape[-2:]
+    residuals = A.sum((a @ x - b) ** 2, axis=-2) if m > n else np.zeros((0,), a.dtype)
+    s = A.sqrt(A.getitem(eigvalsh(A.swap_last(r) @ r), (Ellipsis, slice(None, None, -1))))
+    return _column_back(x, vector), residuals, n, s
+
+
+def _system_rectangular(op: str, a, b):
+    a, b = _matrix(op, a), _array(b)
+    dtype = np.result_type(a.dtype, b.dtype)
+    a, b = A.astype(a, dtype), A.astype(b, dtype)
+    if a.shape[-2] < a.shape[-1]:
+        raise ShapeError(f"{op}: needs at least as many rows as columns (full column rank), got shape {a.shape}",
+                         user_location())
+    vector = b.ndim == 1
+    return a, (A.expand_dims(b, -1) if vector else b), vector
+
+
+def pinv(a, rcond=None, hermitian=False):
+    """``np.linalg.pinv`` for ``a`` of full rank, by reduced QR of ``a`` (or of its transpose
+    when it has fewer rows than columns)."""
+    a = _matrix("pinv", a)
+    wide = a.shape[-2] < a.shape[-1]
+    q, r = qr(A.swap_last(a) if wide else a)
+    result = _apply("solve_triangular", [r, A.swap_last(q)], lower=False, trans=False)
+    return A.swap_last(result) if wide else result
+
+
 A.FUNCTIONS.update({
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv, np.linalg.det: det,
     np.linalg.slogdet: slogdet, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.qr: qr,
+    np.linalg.lstsq: lstsq, np.linalg.pinv: pinv,
 })

@@ -236,6 +236,9 @@ case("slogdet", lambda ns, a: ns.linalg.slogdet(a - 2.0 * np.eye(3))[1], [(3, 3)
 case("eigh", lambda ns, x: ns.linalg.eigh(_spd(ns, x))[0], [(4, 4)], "eigenvalues")
 case("eigh", lambda ns, x: ns.linalg.eigh(_spd(ns, x))[1] ** 2, [(3, 3)], "eigenvectors")
 case("qr", _qr_squares, [(5, 3)], "reduced")
+case("qr", lambda ns, a, b: ns.linalg.lstsq(a, b)[0] if ns is mj else ns.linalg.solve(a.T @ a, a.T @ b),
+     [(5, 3), (5, 2)], "lstsq")
+case("qr", lambda ns, a: ns.linalg.pinv(a), [(3, 5)], "pinv-wide")
 
 def _bindings(program):
     return [b.op for b in program.bindings]

@@ -29,10 +29,13 @@ def everything(x, y):
     upper = la.cho_solve(la.cho_factor(k), y)
     tri = la.solve_triangular(L, y, lower=True, trans="T")
     w, v = np.linalg.eigh(k)
-    q, r = np.linalg.qr(x + 2.0 * np.eye(x.shape[-1], dtype=x.dtype))
+    well = x + 2.0 * np.eye(x.shape[-1], dtype=x.dtype)
+    q, r = np.linalg.qr(well)
+    fitted, residuals, _, singular = la.lstsq(well[:, :, :3], y)    # NumPy does not batch lstsq
     terms = [np.sum(y * alpha), np.sum(upper * tri), np.linalg.slogdet(k)[1].sum(), np.linalg.det(k).sum(),
              np.sum(np.linalg.solve(k, y) ** 2), np.sum(np.linalg.inv(k) * x), np.sum(w * w),
-             np.sum(v ** 2 * x), np.sum(q ** 2 * x), np.sum(r ** 2), np.sum(np.linalg.eigvalsh(k))]
+             np.sum(v ** 2 * x), np.sum(q ** 2 * x), np.sum(r ** 2), np.sum(np.linalg.eigvalsh(k)),
+             np.sum(fitted ** 2) + np.sum(residuals) + np.sum(singular), np.sum(np.linalg.pinv(well) * x)]
     total = terms[0]
     for t in terms[1:]:
         total = total + t

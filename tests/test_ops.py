@@ -532,7 +532,27 @@ def _linalg_cases() -> list[Case]:
              linalg_make("spd"), tol=1000),
         Case("qr", "squared", lambda a: mj.concatenate([x ** 2 for x in la.qr(a)], axis=-2),
              lambda a: np.concatenate([x ** 2 for x in np.linalg.qr(a)], axis=-2), linalg_make("general"), tol=100),
+        Case("qr", "lstsq", lambda a, b: _lstsq_arrays(mj, la.lstsq(a, b)),
+             lambda a, b: _lstsq_arrays(np, np.linalg.lstsq(a, b)), lstsq_make, tol=1000),
+        Case("qr", "pinv", la.pinv, np.linalg.pinv, lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
+        Case("qr", "pinv-wide", lambda a: la.pinv(a.T), lambda a: np.linalg.pinv(a.T),
+             lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
     ]
+
+
+def _lstsq_arrays(ns, result):
+    """The solution, the residuals and the singular values side by side; the rank as an array."""
+    x, residuals, rank, s = result
+    return ns.concatenate([x, residuals, s, ns.full_like(s[:1], rank)], axis=0)
+
+
+def lstsq_make(rng, dt):
+    """A tall well-conditioned matrix (orthonormal columns, scaled) and a vector right-hand side."""
+    m = int(rng.integers(2, 6))
+    n = int(rng.integers(1, m))
+    q, _ = np.linalg.qr(rng.standard_normal((m, n)))
+    a = q * rng.uniform(1.0, 3.0, n)
+    return (a.astype(dt), rng.standard_normal(m).astype(dt)), {}
 
 
 CASES += _linalg_cases()
