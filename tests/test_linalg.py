@@ -11,6 +11,7 @@ import pytest
 
 import morphjit as mj
 from morphjit import linalg as la
+from morphjit.ops import LINALG, OPS
 
 from gradcheck import check_loss_grads_fd
 
@@ -59,6 +60,27 @@ def test_the_compiled_step_matches_the_reference_executor(dtype):
     for g, r in zip(grads, ref_grads):
         np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * np.abs(r).max())
     assert "lapack" in str(compiled.explain(x, y))
+    used = {b.op for b in compiled.program(x, y).bindings}
+    assert {name for name, op in OPS.items() if op.kind == LINALG} <= used, "a linear-algebra op is not exercised"
+
+
+def batch_of_systems(log_noise, ks, ys):
+    k = ks + np.exp(log_noise) * np.eye(ks.shape[-1])
+    alpha = la.cho_solve((np.linalg.cholesky(k), True), ys[..., None])
+    return np.sum(alpha) + np.sum(np.linalg.slogdet(k)[1])
+
+
+def test_one_compiled_step_serves_every_batch_of_matrices():
+    compiled = mj.compile_loss(batch_of_systems)
+    reference = mj.compile_loss(batch_of_systems, backend="interp")
+    rng = np.random.default_rng(4)
+    for batch in (3, 5):
+        x = rng.standard_normal((batch, 4, 4))
+        args = (np.array(0.1), x @ np.swapaxes(x, 1, 2), rng.standard_normal((batch, 4)))
+        (value, grad), (ref_value, ref_grad) = compiled(*args), reference(*args)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-10)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10)
+    assert compiled.cache_info().misses == 1
 
 
 def test_batched_gradients_agree_with_finite_differences():
@@ -130,6 +152,13 @@ def test_a_singular_triangular_system_raises():
     step = mj.compile_loss(lambda a, b: np.sum(la.solve_triangular(a, b, lower=True)), argnums=(1,))
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
         step(np.tril(np.ones((3, 3))) - np.eye(3), np.ones(3))
+
+
+def test_scipy_linalg_on_a_traced_array_points_to_mj_linalg():
+    import scipy.linalg
+
+    with pytest.raises(mj.UnsupportedError, match=r"scipy.linalg.cho_solve .* call mj.linalg.cho_solve"):
+        mj.trace(lambda a, b: np.sum(scipy.linalg.cho_solve((a, True), b)), np.eye(2), np.ones(2))
 
 
 def test_shape_errors_name_the_problem():
