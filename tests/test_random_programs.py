@@ -116,7 +116,7 @@ def test_random_program_traces_to_a_valid_joint_program(example):
 
 def test_strategy_reaches_every_op_family():
     """The strategy produces every differentiable primitive (so the properties above cover them)."""
-    from morphjit.ops import OPS
+    from morphjit.ops import LINALG, OPS
     seen: set[str] = set()
 
     @settings(max_examples=300, deadline=None, database=None, derandomize=True,
@@ -127,6 +127,8 @@ def test_strategy_reaches_every_op_family():
         seen.update(b.op for b in mj.trace(fn, *args).bindings)
 
     collect()
-    wanted = {name for name, op in OPS.items() if op.vjp is not None} - {"unslice"}
+    # Linear algebra needs well-conditioned matrices: test_linalg, test_grad and test_ops cover it.
+    linalg = {name for name, op in OPS.items() if op.kind == LINALG}
+    wanted = {name for name, op in OPS.items() if op.vjp is not None} - {"unslice"} - linalg
     missing = wanted - seen
     assert not missing, f"random programs never use {sorted(missing)}"
