@@ -1,7 +1,7 @@
 """The numba kernels the generated step calls for ``Lapack`` instructions (one matrix each).
 
 Each kernel writes its result into the planned buffer ``out``. Cholesky and the triangular solves
-call LAPACK's ``potrf`` and BLAS's ``trsm`` from SciPy's bindings in place in ``out`` (no
+call LAPACK's ``potrf`` and BLAS's ``trsm`` (and ``trmm``) from SciPy's bindings in place in ``out`` (no
 allocation); the others go through numba's ``np.linalg``, which allocates its result, copied
 into ``out``. A C-order matrix is its transpose in LAPACK's Fortran order, so a lower triangle is
 an upper one there and a left solve is a right solve.
@@ -41,6 +41,8 @@ def _external(module, name: str, arguments: int):
 
 _dtrsm = _external(cython_blas, "dtrsm", 11)
 _strsm = _external(cython_blas, "strsm", 11)
+_dtrmm = _external(cython_blas, "dtrmm", 11)
+_strmm = _external(cython_blas, "strmm", 11)
 _dpotrf = _external(cython_lapack, "dpotrf", 5)
 _spotrf = _external(cython_lapack, "spotrf", 5)
 
@@ -97,6 +99,22 @@ def solve_triangular(a, b, out, lower, trans):
                ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
     else:
         _strsm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+
+
+@numba.njit(**JIT)
+def triangular_matmul(a, b, out, lower, trans):
+    """``out`` = op(a) b reading one triangle of ``a`` (BLAS trmm: half a GEMM's work)."""
+    n, k = b.shape
+    out[...] = b
+    flags = _characters("R", "U" if lower else "L", "T" if trans else "N", "N")
+    ints = _integers(k, n, n, k)
+    one = np.ones(1, out.dtype)
+    if out.itemsize == 8:
+        _dtrmm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+    else:
+        _strmm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
                ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
 
 

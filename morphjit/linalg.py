@@ -93,6 +93,15 @@ def _solve_triangular(a, b, lower, trans):
                                                                check_finite=False), a, b)
 
 
+def _triangle(a, lower):
+    return np.tril(a) if lower else np.triu(a)
+
+
+def _triangular_matmul(a, b, lower, trans):
+    t = _triangle(a, lower)
+    return np.matmul(np.swapaxes(t, -1, -2) if trans else t, b)
+
+
 def _slogdet(a):
     sign, logdet = np.linalg.slogdet(a)
     return np.stack([sign, logdet], axis=-1).astype(a.dtype)
@@ -130,7 +139,7 @@ def _sym(x):
 def _cholesky_vjp(g, L, a):
     """Murray (2016): abar = sym(L^-T Phi(L^T g) L^-1), Phi = lower triangle, diagonal halved."""
     n = L.shape[-1]
-    phi = _tril(A.swap_last(L) @ g) * (1.0 - 0.5 * np.eye(n, dtype=L.dtype))
+    phi = _tril(_apply("triangular_matmul", [L, g], lower=True, trans=True)) * (1.0 - 0.5 * np.eye(n, dtype=L.dtype))
     right = A.swap_last(solve_triangular(L, A.swap_last(phi), lower=True, trans="T"))
     return (_sym(solve_triangular(L, right, lower=True, trans="T")),)
 
@@ -138,6 +147,12 @@ def _cholesky_vjp(g, L, a):
 def _solve_triangular_vjp(g, x, a, b, lower, trans):
     gb = _apply("solve_triangular", [a, g], lower=lower, trans=not trans)
     ga = -(x @ A.swap_last(gb)) if trans else -(gb @ A.swap_last(x))
+    return (_tril(ga) if lower else _triu(ga)), gb
+
+
+def _triangular_matmul_vjp(g, ans, a, b, lower, trans):
+    gb = _apply("triangular_matmul", [a, g], lower=lower, trans=not trans)
+    ga = b @ A.swap_last(g) if trans else g @ A.swap_last(b)
     return (_tril(ga) if lower else _triu(ga)), gb
 
 
@@ -192,6 +207,8 @@ defop("cholesky", LINALG, _square_rule("cholesky", lambda n: (n, n)), np.linalg.
       _cholesky_vjp, core=(2, 2))
 defop("solve_triangular", LINALG, _system_rule("solve_triangular"), _solve_triangular,
       _solve_triangular_vjp, core=(2, 2, 2))
+defop("triangular_matmul", LINALG, _system_rule("triangular_matmul"), _triangular_matmul,
+      _triangular_matmul_vjp, core=(2, 2, 2))
 defop("solve", LINALG, _system_rule("solve"), np.linalg.solve, _solve_vjp, core=(2, 2, 2))
 defop("inv", LINALG, _square_rule("inv", lambda n: (n, n)), np.linalg.inv, _inv_vjp, core=(2, 2))
 defop("det", LINALG, _square_rule("det", lambda n: ()), np.linalg.det, _det_vjp, core=(2, 0))
@@ -256,6 +273,13 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
     a, b, vector = _system("solve_triangular", a, b)
     return _column_back(_apply("solve_triangular", [a, b], lower=bool(lower), trans=transposed), vector)
+
+
+def triangular_matmul(a, b, lower=False, trans=False):
+    """``op(a) @ b`` reading only the ``lower`` or upper triangle of ``a`` (BLAS ``trmm``: half
+    the work of a matrix product); ``op`` is a transpose where ``trans``."""
+    a, b, vector = _system("triangular_matmul", a, b)
+    return _column_back(_apply("triangular_matmul", [a, b], lower=bool(lower), trans=bool(trans)), vector)
 
 
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):

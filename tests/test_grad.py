@@ -228,6 +228,12 @@ for _lower in (True, False):
              _solve_triangular(ns, _triangular(a, lo), b, lower=lo, trans=t), [(4, 4), (4, 2)],
              f"lower={_lower}-trans={_trans}")
 case("solve_triangular", lambda ns, a, b: _solve_triangular(ns, _triangular(a), b, lower=True), [(3, 3), (3,)], "vector")
+for _lower in (True, False):
+    for _trans in (False, True):
+        case("triangular_matmul", lambda ns, a, b, lo=_lower, t=_trans:
+             mj.linalg.triangular_matmul(a, b, lower=lo, trans=t) if ns is mj else
+             ns.swapaxes(_triangular(a, lo) - 4.0 * np.eye(4), 0, 1) @ b if t else (_triangular(a, lo) - 4.0 * np.eye(4)) @ b,
+             [(4, 4), (4, 2)], f"lower={_lower}-trans={_trans}")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3, 2)], "matrix")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3,)], "vector")
 case("inv", lambda ns, a: ns.linalg.inv(a + 4.0 * np.eye(3)), [(3, 3)], "plain")
