@@ -6,6 +6,11 @@ test_grad.py; here one program uses every function, so numba compiles few steps.
 """
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,6 +19,8 @@ from morphjit import linalg as la
 from morphjit.ops import LINALG, OPS
 
 from gradcheck import check_loss_grads_fd
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def spd(x):
@@ -81,6 +88,34 @@ def test_one_compiled_step_serves_every_batch_of_matrices():
         np.testing.assert_allclose(value, ref_value, rtol=1e-10)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10)
     assert compiled.cache_info().misses == 1
+
+
+FRESH_PROCESS = """
+import numpy as np, morphjit as mj
+from morphjit import linalg as la
+
+def loss(log_noise, k, y):
+    L = np.linalg.cholesky(k + np.exp(log_noise) * np.eye(3))
+    return np.sum(la.cho_solve((L, True), y)) + np.linalg.slogdet(k)[1]
+
+step = mj.compile_loss(loss)
+value, grad = step(np.array(0.5), np.diag([1.0, 2.0, 3.0]), np.ones(3))
+print(repr(float(value)), repr(float(grad)), step.cache_info().disk_loads)
+"""
+
+
+def test_a_step_calling_lapack_loads_from_the_disk_cache_in_a_fresh_process(tmp_path):
+    """The kernels' BLAS/LAPACK routines are symbols registered at import, so machine code that
+    calls them loads from disk in another process."""
+    env = dict(os.environ, MORPHJIT_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    runs = [subprocess.run([sys.executable, "-c", FRESH_PROCESS], env=env, capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    (value, grad, first_loads), (value2, grad2, second_loads) = (r.stdout.split() for r in runs)
+    assert (first_loads, second_loads) == ("0", "1")
+    assert (value, grad) == (value2, grad2)
+    noise = np.exp(0.5)
+    assert float(value) == pytest.approx(sum(1 / (d + noise) for d in (1, 2, 3)) + np.log(6.0))
 
 
 def test_batched_gradients_agree_with_finite_differences():
