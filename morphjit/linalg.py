@@ -1,10 +1,11 @@
 """Linear algebra: the LAPACK-backed ops, their VJP rules and the functions users call.
 
 ``mj.linalg.cholesky``, ``solve``, ``inv``, ``det``, ``slogdet``, ``eigh``, ``eigvalsh``, ``qr``,
-``solve_triangular``, ``cho_factor`` and ``cho_solve`` (the last three with SciPy's signatures),
-also reached by plain ``np.linalg.*`` calls on traced arrays. Each op works on the last two axes
-(the core) and batches over the leading ones, broadcast between operands as NumPy does. Selection
-makes each one a ``Lapack`` instruction: one LAPACK call per batch element, like a GEMM.
+``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain ``np.linalg.*`` calls on
+traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy's signatures;
+``triangular_matmul`` (BLAS ``trmm``). Each op works on the last two axes (the core) and batches
+over the leading ones, broadcast between operands as NumPy does. Selection makes each one a
+``Lapack`` instruction: one LAPACK call per batch element, like a GEMM.
 
 The VJP rules are the published matrix-calculus results written with traced ops, so they fuse and
 plan like every other rule: Cholesky by Murray (2016), the solves and inverses by Giles (2008),
@@ -13,8 +14,9 @@ finite; it is the gradient of a function that does not rotate within the repeate
 reduced QR (m >= n) by Walter, Lehmann and Lamour (2012). ``eigh`` and ``qr`` return two arrays
 and ``slogdet`` two numbers: their op packs both into one array, which views split.
 
-Errors: a matrix that is not positive definite (cholesky) or is singular (solve, inv) raises
-``numpy.linalg.LinAlgError`` from the call, on both backends, as NumPy does.
+Errors: a matrix that is not positive definite (cholesky) or is singular (solve, inv, a zero on a
+triangular diagonal) raises ``numpy.linalg.LinAlgError`` from the call, on both backends, as
+NumPy does; NaN input gives NaN results, as in NumPy.
 """
 from __future__ import annotations
 
@@ -80,10 +82,11 @@ def _qr_rule(types):
 # ---------------------------------------------------------------------------------------------
 # Reference implementations (the interp backend, and eager calls on NumPy arrays)
 
-def _batched(fn, *arrays, core=2):
-    """``fn`` applied to each batch element of ``arrays`` (broadcast over the leading axes)."""
-    batch = np.broadcast_shapes(*(x.shape[:-core] for x in arrays))
-    arrays = [np.broadcast_to(x, batch + x.shape[-core:]) for x in arrays]
+def _batched(fn, *arrays):
+    """``fn`` applied to each batch element of the matrices ``arrays`` (broadcast over the
+    leading axes)."""
+    batch = np.broadcast_shapes(*(x.shape[:-2] for x in arrays))
+    arrays = [np.broadcast_to(x, batch + x.shape[-2:]) for x in arrays]
     results = [fn(*(x[i] for x in arrays)) for i in np.ndindex(*batch)]
     return np.stack(results).reshape(batch + results[0].shape) if batch else results[0]
 
@@ -93,12 +96,8 @@ def _solve_triangular(a, b, lower, trans):
                                                                check_finite=False), a, b)
 
 
-def _triangle(a, lower):
-    return np.tril(a) if lower else np.triu(a)
-
-
 def _triangular_matmul(a, b, lower, trans):
-    t = _triangle(a, lower)
+    t = np.tril(a) if lower else np.triu(a)
     return np.matmul(np.swapaxes(t, -1, -2) if trans else t, b)
 
 
@@ -138,8 +137,8 @@ def _sym(x):
 
 def _cholesky_vjp(g, L, a):
     """Murray (2016): abar = sym(L^-T Phi(L^T g) L^-1), Phi = lower triangle, diagonal halved."""
-    n = L.shape[-1]
-    phi = _tril(_apply("triangular_matmul", [L, g], lower=True, trans=True)) * (1.0 - 0.5 * np.eye(n, dtype=L.dtype))
+    halve_diagonal = 1.0 - 0.5 * np.eye(L.shape[-1], dtype=L.dtype)
+    phi = _tril(_apply("triangular_matmul", [L, g], lower=True, trans=True)) * halve_diagonal
     right = A.swap_last(solve_triangular(L, A.swap_last(phi), lower=True, trans="T"))
     return (_sym(solve_triangular(L, right, lower=True, trans="T")),)
 
