@@ -7,7 +7,7 @@ from .array_api import (
     sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
-from .cache import cache_info, clear_cache
+from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
@@ -19,3 +19,11 @@ from . import optim
 from . import linalg
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``mj.dask`` is imported on first use, so ``import morphjit`` does not import Dask."""
+    if name == "dask":
+        import importlib
+        return importlib.import_module(".dask", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
