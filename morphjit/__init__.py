@@ -17,6 +17,8 @@ from .trace import trace
 from .train import TrainStep, train_step
 from . import optim
 
+from . import linalg
+
 __version__ = "0.1.0"
 
 

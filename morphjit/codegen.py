@@ -9,14 +9,17 @@ shape () are passed as one-element vectors.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
-                     ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck,
+                     RowNest, ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
 from .source import Source
@@ -161,6 +164,12 @@ DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) +
              "error_model='numpy', boundscheck=False, nogil=True)")
 
 
+@functools.cache
+def kernels_digest() -> str:
+    """A digest of ``morphjit/lapack.py``, whose kernels a cached step has compiled in."""
+    return hashlib.sha256((Path(__file__).parent / "lapack.py").read_bytes()).hexdigest()[:16]
+
+
 class Writer:
     """Renders instructions as statements into ``out``, naming arrays with ``names``."""
 
@@ -206,6 +215,23 @@ class Writer:
             rows = broadcast_map(v.shape[:-2], batch).render(idx)
             name = f"{name}[{', '.join(rows)}]"
         return name + (".T" if transposed else "")
+
+    def lapack(self, ins: Lapack) -> None:
+        """A kernel of ``morphjit.lapack`` per batch element, on each operand's core."""
+        batch = ins.batch
+        idx = loop_vars(len(batch))
+        args = [self.core(v, core, batch, idx) for v, core in zip(ins.inputs + (ins.out,), ins.core)]
+        args += [f"{k}={v!r}" for k, v in ins.params]
+        with loops(self.out, batch, idx):
+            self.out.line(f"lapack.{ins.routine}({', '.join(args)})")
+
+    def core(self, v: Var, core: int, batch, idx) -> str:
+        """``v`` at the batch point ``idx``; a scalar result as a one-element slice."""
+        name = self.names.name(v)
+        rows = broadcast_map(v.shape[:len(v.shape) - core], batch).render(idx) if batch else []
+        if core == 0 and rows:
+            rows[-1] = f"{rows[-1]}:{rows[-1]} + 1"
+        return f"{name}[{', '.join(rows)}]" if rows else name
 
     def nest(self, ins: Nest, bound: int = 0) -> None:
         """One loop nest: every value of the body first, then the stores, then the reductions.
@@ -299,8 +325,9 @@ class Writer:
         return body.value(a.finish)
 
 
-WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, Nest: Writer.nest,
-         RowNest: Writer.rownest, ScatterAdd: Writer.scatter}
+
+WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, Lapack: Writer.lapack,
+         Nest: Writer.nest, RowNest: Writer.rownest, ScatterAdd: Writer.scatter}
 
 
 class StepWriter(Writer):
@@ -335,6 +362,9 @@ class StepWriter(Writer):
         out.line("import numpy as np")
         out.line("import numba")
         out.line("from morphjit import vecmath as vm")
+        if any(ins.kind == "lapack" for ins in self.plan.instructions):
+            # The kernels' digest makes the text, and so the disk-cache key, change with them.
+            out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
         calls = self.helpers()
         out.line("")
         out.line("")

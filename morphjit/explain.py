@@ -17,7 +17,7 @@ from . import feedback, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
-from .loopir import Alias, Gemm, Nest, RangeCheck, RowNest, ScatterAdd
+from .loopir import Alias, Gemm, Lapack, Nest, RangeCheck, RowNest, ScatterAdd
 from .plan import Plan
 from .runtime import NativeStep
 
@@ -284,6 +284,7 @@ def _reading_roots(v: Var, consumers: dict, fusion: Fusion) -> list[Var]:
 # Each kind of instruction as a fusion group: its label and the domain of its loops.
 GROUP_OF = {
     Gemm: lambda ins: ("gemm", ins.out.shape),
+    Lapack: lambda ins: ("lapack", ins.out.shape),
     Alias: lambda ins: ("alias", ()),
     RangeCheck: lambda ins: ("check", ()),
     ScatterAdd: lambda ins: ("scatter", ins.domain),

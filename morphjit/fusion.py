@@ -17,10 +17,10 @@ from collections import defaultdict
 
 from .indexing import is_unit_reshape
 from .ir import Binding, Program, Var, magnitude
-from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
+from .ops import ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
 
 RECOMPUTE_LIMIT = 4
-KERNELS = (MATMUL, REDUCE, STRUCTURAL)
+KERNELS = (MATMUL, REDUCE, STRUCTURAL, LINALG)
 
 
 def regroups_axes(b: Binding) -> bool:
@@ -79,10 +79,12 @@ class Fusion:
         return len(self.roots) != before
 
     def _needed_buffers(self, b: Binding) -> list[Var]:
-        """Operands that must be arrays: BLAS operands, the source of an alias, what an op reads from
-        buffers (a gather's source and index arrays)."""
+        """Operands that must be arrays: BLAS and LAPACK operands, the source of an alias, what an op
+        reads from buffers (a gather's source and index arrays)."""
         if self.is_alias(b.out):
             return [b.inputs[0]]
+        if OPS[b.op].kind == LINALG:
+            return [x for x in b.inputs if isinstance(x, Var)]
         if OPS[b.op].buffered is not None:
             return [x for x in OPS[b.op].buffered(b.inputs) if isinstance(x, Var)]
         if OPS[b.op].kind != MATMUL:

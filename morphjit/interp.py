@@ -13,7 +13,7 @@ import numpy as np
 
 from .indexing import IndexMap
 from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Load, Nest, OneHot, RangeCheck, RowNest,
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck, RowNest,
                      ScatterAdd)
 from .ops import OPS
 
@@ -94,6 +94,10 @@ def _gemm(m: Machine, ins: Gemm) -> None:
     m.buffer(ins.out)[...] = np.matmul(a, b)
 
 
+def _lapack(m: Machine, ins: Lapack) -> None:
+    m.buffer(ins.out)[...] = OPS[ins.routine].impl(*map(m.buffer, ins.inputs), **dict(ins.params))
+
+
 def _nests(m: Machine, ins) -> None:
     """A nest, or a row nest's parts in order: they read earlier parts row by row, so whole parts
     in order agree."""
@@ -101,7 +105,7 @@ def _nests(m: Machine, ins) -> None:
         _run_nest(nest, m.buffer, m.batch)
 
 
-RUN = {RangeCheck: _check_range, Alias: _alias, Gemm: _gemm, Nest: _nests, RowNest: _nests,
+RUN = {RangeCheck: _check_range, Alias: _alias, Gemm: _gemm, Lapack: _lapack, Nest: _nests, RowNest: _nests,
        ScatterAdd: _scatter_add}
 
 

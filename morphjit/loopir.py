@@ -2,8 +2,8 @@
 
 Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Acc``) form a DAG; ``children`` and
 ``rebuild`` are the one way to walk and rebuild them, so ``walk``, ``loads`` and ``replace_loads``
-need not know the node kinds. Instructions (``Gemm``, ``Nest``, ``RowNest``, ``ScatterAdd``,
-``Alias``, ``RangeCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
+need not know the node kinds. Instructions (``Gemm``, ``Lapack``, ``Nest``, ``RowNest``,
+``ScatterAdd``, ``Alias``, ``RangeCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
 they run (``nests()``); ``kind`` names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
 each dispatch on the node class through one table, so a new kind is a class here plus one handler
 per table.
@@ -303,7 +303,36 @@ class Alias:
         return ()
 
 
-Instruction = Union[Gemm, Nest, RowNest, ScatterAdd, RangeCheck, Alias]
+@dataclass(frozen=True, eq=False)
+class Lapack:
+    """out[batch] = routine(inputs[batch], **params): one LAPACK-backed call per batch element.
+
+    Operand k's last ``core[k]`` axes are the routine's (``core[-1]`` the output's); its leading
+    axes broadcast to the output's batch axes.
+    """
+    out: Var
+    routine: str
+    inputs: tuple[Var, ...]
+    params: tuple
+    core: tuple[int, ...]
+    kind = "lapack"
+
+    @property
+    def outs(self) -> list[Var]:
+        return [self.out]
+
+    def reads(self):
+        return list(self.inputs)
+
+    def nests(self) -> tuple:
+        return ()
+
+    @property
+    def batch(self) -> tuple:
+        return self.out.shape[:len(self.out.shape) - self.core[-1]]
+
+
+Instruction = Union[Gemm, Nest, RowNest, ScatterAdd, RangeCheck, Alias, Lapack]
 
 
 def loop(out: Var, expr) -> Nest:
@@ -353,6 +382,11 @@ def _describe_gemm(ins: Gemm, names, target, flag) -> list[str]:
     return [f"  gemm {target(ins.out)} = {a} @ {b}"]
 
 
+def _describe_lapack(ins: Lapack, names, target, flag) -> list[str]:
+    params = "".join(f" {k}={v}" for k, v in ins.params)
+    return [f"  lapack {target(ins.out)} = {ins.routine}({', '.join(names.use(v) for v in ins.inputs)}{params})"]
+
+
 def _describe_alias(ins: Alias, names, target, flag) -> list[str]:
     return [f"  alias {target(ins.out)} = reshape {names.use(ins.src)}"]
 
@@ -380,7 +414,7 @@ def _describe_nest(ins: Nest, names, target, flag) -> list[str]:
 
 
 DESCRIBE = {Gemm: _describe_gemm, Alias: _describe_alias, RangeCheck: _describe_range_check,
-            RowNest: _describe_rows, Nest: _describe_nest, ScatterAdd: _describe_scatter}
+            RowNest: _describe_rows, Nest: _describe_nest, ScatterAdd: _describe_scatter, Lapack: _describe_lapack}
 
 
 def describe_nest(ins: Nest, names: Namer, target) -> list[str]:

@@ -38,6 +38,7 @@ MATMUL = "matmul"             # batched GEMM
 STRUCTURAL = "structural"     # moves data: concatenate, unslice
 COMPOSITE = "composite"       # numerically stable row-wise ops (softmax family)
 SOURCE = "source"             # creates data from parameters only
+LINALG = "linalg"             # a LAPACK routine over the last axes, batched over the leading ones
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class Op:
     nests: Callable[..., list] | None = None
     # Operands the op's loops read from buffers (never inlined): buffered(inputs) lists them.
     buffered: Callable[[tuple], tuple] | None = None
+    # LAPACK ops: the core rank of each operand and then of the output (the leading axes batch).
+    core: tuple[int, ...] | None = None
 
     @property
     def differentiable(self) -> bool:

@@ -18,9 +18,9 @@ from typing import Callable
 from .fusion import Fusion, blas_transpose_source
 from .indexing import IndexMap, broadcast_map
 from .ir import Lit, Namer, Program, Var
-from .loopir import (Accumulate, Alias, Apply, Const, Gemm, Load, Nest, RowNest, Store,
+from .loopir import (Accumulate, Alias, Apply, Const, Gemm, Lapack, Load, Nest, RowNest, Store,
                      describe_instructions, loads, loop, replace_loads, same_row)
-from .ops import ELEMENTWISE, MATMUL, OPS, REDUCE, SOURCE, VIEW
+from .ops import ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, VIEW
 
 
 class Selector:
@@ -62,6 +62,8 @@ class Selector:
         kind = op.kind
         if kind == MATMUL:
             return [self.gemm(b)]
+        if kind == LINALG:
+            return [Lapack(out, b.op, tuple(b.inputs), b.params, op.core)]
         if kind == REDUCE:
             x = b.inputs[0]
             body = self.expr(x, IndexMap.identity(x.ndim))

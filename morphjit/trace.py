@@ -121,6 +121,11 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
+        scipy_function = calling_scipy_linalg()
+        if scipy_function is not None:
+            raise UnsupportedError(f"scipy.linalg.{scipy_function} converts its arguments to NumPy arrays, which "
+                                   f"a traced array cannot become: call mj.linalg.{scipy_function} instead",
+                                   user_location())
         raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
                                    "use the traced value with NumPy functions directly")
 
@@ -186,6 +191,16 @@ class Tracer:
     swapaxes = lambda self, a, b: A.swapaxes(self, a, b)
     ravel = lambda self: A.ravel(self)
     flatten = ravel
+
+
+def calling_scipy_linalg() -> str | None:
+    """The public ``scipy.linalg`` function on the call stack (its outermost frame), if any."""
+    found, frame = None, inspect.currentframe()
+    while frame is not None:
+        if frame.f_globals.get("__name__", "").startswith("scipy.linalg"):
+            found = frame.f_code.co_name
+        frame = frame.f_back
+    return found
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:

@@ -19,8 +19,9 @@ try:  # autograd is a test-only dependency
     import autograd
     import autograd.numpy as anp
     from autograd.scipy.special import logsumexp as _ag_logsumexp
+    import autograd.scipy.linalg as AG_SCIPY_LINALG
 except ImportError:  # pragma: no cover
-    autograd = anp = _ag_logsumexp = None
+    autograd = anp = _ag_logsumexp = AG_SCIPY_LINALG = None
 
 
 # ---------------------------------------------------------------------------------------------

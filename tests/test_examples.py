@@ -25,7 +25,8 @@ def load():
 
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
-    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic", "char_embeddings"}
+    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic", "char_embeddings",
+                       "gp_regression"}
 
 
 def test_mlp_digits(load, capsys):
@@ -66,6 +67,13 @@ def test_char_embeddings_learns_beyond_character_frequencies(load, capsys):
     assert result["grad_diff"] < 1e-10
     assert result["final_loss"] < 0.5 * result["unigram_loss"] < result["initial_loss"]
     assert "character frequencies alone" in capsys.readouterr().out
+
+
+def test_gp_regression_reaches_the_optimum_of_scikit_learn(load, capsys):
+    result = load("gp_regression").main(n=40)
+    assert abs(result["lml"] - result["sklearn_lml"]) <= 1e-6 * abs(result["sklearn_lml"])
+    np.testing.assert_allclose(result["theta"], result["sklearn_theta"], atol=1e-3)
+    assert "scikit-learn" in capsys.readouterr().out
 
 
 def test_progress_redraws_in_place_on_a_tty(load):

@@ -20,7 +20,7 @@ import morphjit as mj
 from morphjit import array_api as A
 from morphjit.ops import OPS
 
-from gradcheck import AG, check_against_autograd, check_vjp_fd
+from gradcheck import AG, AG_SCIPY_LINALG, check_against_autograd, check_vjp_fd
 
 BACKEND = "interp"
 
@@ -214,6 +214,56 @@ for _shape in [(5, 4), (2, 3, 4), (4,)]:
          "x".join(map(str, _shape)))
 case("softmax_cross_entropy", lambda ns, z: ns.softmax_cross_entropy(3.0 * z, _labels((5,))), [(5, 4)], "scaled")
 
+
+# Linear algebra: SPD matrices built from a free one (a perturbation keeps them SPD), triangular
+# ones as a masked free matrix with a dominant diagonal. Eigenvectors and Q enter squared (their
+# signs are arbitrary); autograd has no QR, so its side is the Cholesky factor of the Gram matrix.
+def _spd(ns, x):
+    return x @ ns.swapaxes(x, -1, -2) + 3.0 * np.eye(x.shape[-1])
+
+
+def _triangular(x, lower=True):
+    n = x.shape[-1]
+    return x * (np.tri(n) if lower else np.tri(n).T) + 4.0 * np.eye(n)
+
+
+def _solve_triangular(ns, a, b, **kw):
+    return mj.linalg.solve_triangular(a, b, **kw) if ns is mj else AG_SCIPY_LINALG.solve_triangular(a, b, **kw)
+
+
+def _qr_squares(ns, a):
+    if ns is mj:
+        q, r = mj.linalg.qr(a)
+    else:
+        r = ns.swapaxes(ns.linalg.cholesky(a.T @ a), 0, 1)
+        q = _solve_triangular(ns, r, a.T, trans="T").T
+    return ns.concatenate([q * q, r * r], axis=0)
+
+
+case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)), [(4, 4)], "spd")
+for _lower in (True, False):
+    for _trans in (0, 1):
+        case("solve_triangular", lambda ns, a, b, lo=_lower, t=_trans:
+             _solve_triangular(ns, _triangular(a, lo), b, lower=lo, trans=t), [(4, 4), (4, 2)],
+             f"lower={_lower}-trans={_trans}")
+case("solve_triangular", lambda ns, a, b: _solve_triangular(ns, _triangular(a), b, lower=True), [(3, 3), (3,)], "vector")
+for _lower in (True, False):
+    for _trans in (False, True):
+        case("triangular_matmul", lambda ns, a, b, lo=_lower, t=_trans:
+             mj.linalg.triangular_matmul(a, b, lower=lo, trans=t) if ns is mj else
+             ns.swapaxes(_triangular(a, lo) - 4.0 * np.eye(4), 0, 1) @ b if t else (_triangular(a, lo) - 4.0 * np.eye(4)) @ b,
+             [(4, 4), (4, 2)], f"lower={_lower}-trans={_trans}")
+case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3, 2)], "matrix")
+case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3,)], "vector")
+case("inv", lambda ns, a: ns.linalg.inv(a + 4.0 * np.eye(3)), [(3, 3)], "plain")
+case("det", lambda ns, a: ns.linalg.det(a + 2.0 * np.eye(3)), [(3, 3)], "plain")
+case("slogdet", lambda ns, a: ns.linalg.slogdet(a - 2.0 * np.eye(3))[1], [(3, 3)], "logabsdet")
+case("eigh", lambda ns, x: ns.linalg.eigh(_spd(ns, x))[0], [(4, 4)], "eigenvalues")
+case("eigh", lambda ns, x: ns.linalg.eigh(_spd(ns, x))[1] ** 2, [(3, 3)], "eigenvectors")
+case("qr", _qr_squares, [(5, 3)], "reduced")
+case("qr", lambda ns, a, b: ns.linalg.lstsq(a, b)[0] if ns is mj else ns.linalg.solve(a.T @ a, a.T @ b),
+     [(5, 3), (5, 2)], "lstsq")
+case("qr", lambda ns, a: ns.linalg.pinv(a), [(3, 5)], "pinv-wide")
 
 def _bindings(program):
     return [b.op for b in program.bindings]

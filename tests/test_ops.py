@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+import scipy.linalg
 import scipy.special as sp
 
 import morphjit as mj
@@ -541,6 +542,92 @@ def _place(g, shape, key):
 
 
 CASES = _cases()
+
+
+# Linear algebra over random batch shapes: well-conditioned matrices (a dominant diagonal), SPD
+# ones, triangular ones; eigenvectors and Q compared squared (their signs are LAPACK's choice).
+def _matrices(rng, dt, n, batch, kind):
+    x = rng.standard_normal(batch + (n, n))
+    if kind == "spd":
+        x = x @ np.swapaxes(x, -1, -2) / n + np.eye(n)
+    elif kind == "lower":
+        x = np.tril(x) + 3.0 * np.eye(n)
+    else:
+        x = x + 3.0 * np.eye(n) * np.sqrt(n)
+    return np.asarray(x, dt)
+
+
+def linalg_make(kind, rhs=None):
+    def make(rng, dt):
+        n, batch = int(rng.integers(1, 5)), rand_shape(rng, 0, 2, max_dim=3)
+        a = _matrices(rng, dt, n, batch, kind)
+        if rhs is None:
+            return (a,), {}
+        b_shape = {"vector": (n,), "matrix": batch[1:] + (n, int(rng.integers(1, 4)))}[rhs]
+        return (a, np.asarray(rng.standard_normal(b_shape), dt)), {}
+    return make
+
+
+def _batched_solve_triangular(a, b, **kw):
+    if a.ndim == 2:
+        return scipy.linalg.solve_triangular(a, b, **kw)
+    a, b = np.broadcast_to(a, np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + a.shape[-2:]), b
+    b = np.broadcast_to(b, a.shape[:-2] + b.shape[-2:])
+    return np.stack([scipy.linalg.solve_triangular(x, y, **kw) for x, y in zip(a, b)])
+
+
+def _linalg_cases() -> list[Case]:
+    la = mj.linalg
+    return [
+        Case("cholesky", "spd", la.cholesky, np.linalg.cholesky, linalg_make("spd"), tol=10),
+        Case("cholesky", "upper", lambda a: la.cholesky(a, upper=True),
+             lambda a: np.swapaxes(np.linalg.cholesky(a), -1, -2), linalg_make("spd"), tol=10),
+        Case("solve_triangular", "lower", lambda a, b: la.solve_triangular(a, b, lower=True),
+             lambda a, b: _batched_solve_triangular(a, b, lower=True), linalg_make("lower", "matrix"), tol=10),
+        Case("solve_triangular", "upper-trans", lambda a, b: la.solve_triangular(np.swapaxes(a, -1, -2), b, trans="T"),
+             lambda a, b: np.linalg.solve(a, b), linalg_make("lower", "matrix"), tol=100),
+        Case("solve_triangular", "cho_solve", lambda a, b: la.cho_solve(la.cho_factor(a, lower=True), b),
+             np.linalg.solve, linalg_make("spd", "vector"), tol=100),
+        Case("solve_triangular", "cho_solve-upper", lambda a, b: la.cho_solve(la.cho_factor(a), b),
+             np.linalg.solve, linalg_make("spd", "matrix"), tol=100),
+        Case("triangular_matmul", "lower-trans",
+             lambda a, b: la.triangular_matmul(a, b, lower=True, trans=True),
+             lambda a, b: np.swapaxes(np.tril(a), -1, -2) @ b, linalg_make("lower", "matrix")),
+        Case("solve", "vector", la.solve, np.linalg.solve, linalg_make("general", "vector"), tol=100),
+        Case("solve", "matrix", la.solve, np.linalg.solve, linalg_make("general", "matrix"), tol=100),
+        Case("inv", "inv", la.inv, np.linalg.inv, linalg_make("general"), tol=100),
+        Case("det", "det", la.det, np.linalg.det, linalg_make("general"), tol=100),
+        Case("slogdet", "slogdet", lambda a: mj.stack(la.slogdet(a), axis=-1),
+             lambda a: np.stack(np.linalg.slogdet(a), axis=-1), linalg_make("general"), tol=100),
+        Case("eigh", "eigvalsh", la.eigvalsh, np.linalg.eigvalsh, linalg_make("spd"), tol=100),
+        Case("eigh", "vectors-squared", lambda a: la.eigh(a)[1] ** 2, lambda a: np.linalg.eigh(a)[1] ** 2,
+             linalg_make("spd"), tol=1000),
+        Case("qr", "squared", lambda a: mj.concatenate([x ** 2 for x in la.qr(a)], axis=-2),
+             lambda a: np.concatenate([x ** 2 for x in np.linalg.qr(a)], axis=-2), linalg_make("general"), tol=100),
+        Case("qr", "lstsq", lambda a, b: _lstsq_arrays(mj, la.lstsq(a, b)),
+             lambda a, b: _lstsq_arrays(np, np.linalg.lstsq(a, b)), lstsq_make, tol=1000),
+        Case("qr", "pinv", la.pinv, np.linalg.pinv, lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
+        Case("qr", "pinv-wide", lambda a: la.pinv(a.T), lambda a: np.linalg.pinv(a.T),
+             lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
+    ]
+
+
+def _lstsq_arrays(ns, result):
+    """The solution, the residuals and the singular values side by side; the rank as an array."""
+    x, residuals, rank, s = result
+    return ns.concatenate([x, residuals, s, ns.full_like(s[:1], rank)], axis=0)
+
+
+def lstsq_make(rng, dt):
+    """A tall well-conditioned matrix (orthonormal columns, scaled) and a vector right-hand side."""
+    m = int(rng.integers(2, 6))
+    n = int(rng.integers(1, m))
+    q, _ = np.linalg.qr(rng.standard_normal((m, n)))
+    a = q * rng.uniform(1.0, 3.0, n)
+    return (a.astype(dt), rng.standard_normal(m).astype(dt)), {}
+
+
+CASES += _linalg_cases()
 
 
 def _args(case: Case, dtype, seed):

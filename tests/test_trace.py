@@ -79,6 +79,9 @@ NUMPY_CASES = {
     "reshape": lambda x, x6, t: (np.reshape(x, (-1,)), np.reshape(x, (x.shape[1], x.shape[0])), x6.reshape(-1, 3),
                                  x6.reshape((3, -1)), t.reshape(t.shape[0], -1), np.ravel(t), t.ravel(), t.flatten()),
     "like": lambda x: (np.zeros_like(x) + x, np.ones_like(x) * x, np.full_like(x, 2.5), np.zeros_like(x)),
+    # linear algebra, on a well-conditioned SPD matrix
+    "linalg": lambda x: _linalg_case(np.tanh(x) @ np.tanh(x).T / x.shape[1] + np.eye(x.shape[0], dtype=x.dtype),
+                                     np.tanh(x)[:, 0]),
     # tracer methods
     "methods": lambda x, t: (x.sum(axis=0, keepdims=True), x.sum(), t.mean(axis=(0, 2)), x.mean(),
                              x.max(), x.max(axis=1, keepdims=True), t.min(axis=0), x.var(axis=0), x.std(),
@@ -102,6 +105,14 @@ NUMPY_CASES = {
     # A small model: multiple outputs in a pytree
     "mlp-tree": lambda x, w, b: {"h": np.tanh(x @ w + b), "loss": [np.mean(np.square(x @ w + b))]},
 }
+
+
+def _linalg_case(a, r):
+    q, upper = np.linalg.qr(a)
+    fitted, _, _, singular = np.linalg.lstsq(a, r)
+    return (np.linalg.cholesky(a), np.linalg.solve(a, r), np.linalg.inv(a), np.linalg.det(a),
+            *np.linalg.slogdet(a), np.linalg.eigvalsh(a), np.linalg.eigh(a)[1] ** 2, q ** 2, upper ** 2,
+            fitted, singular, np.linalg.pinv(a))
 
 
 def _args(name, dtype, seed):

@@ -1,0 +1,182 @@
+"""The numba kernels the generated step calls for ``Lapack`` instructions (one matrix each).
+
+Each kernel writes its result into the planned buffer ``out``. Cholesky and the triangular solves
+call LAPACK's ``potrf`` and BLAS's ``trsm`` (and ``trmm``) from SciPy's bindings in place in ``out`` (no
+allocation); the others go through numba's ``np.linalg``, which allocates its result, copied
+into ``out``. A C-order matrix is its transpose in LAPACK's Fortran order, so a lower triangle is
+an upper one there and a left solve is a right solve.
+
+The routines are external symbols registered with LLVM when this module loads (which the
+generated module's import does first), so steps calling them cache to disk like any other.
+Failures raise ``numpy.linalg.LinAlgError`` with NumPy's and SciPy's messages; NaN input gives
+NaN output, as in NumPy.
+"""
+from __future__ import annotations
+
+import ctypes
+
+import numba
+import numpy as np
+from llvmlite import binding as llvm
+from numba import types
+from scipy.linalg import cython_blas, cython_lapack
+
+
+def _address(module, name: str) -> int:
+    """The address of a function SciPy exports from its Cython BLAS/LAPACK module."""
+    capsule = module.__pyx_capi__[name]
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return get_pointer(capsule, get_name(capsule))
+
+
+def _external(module, name: str, arguments: int):
+    """A Fortran routine (every argument by pointer) callable from nopython code."""
+    symbol = f"morphjit_{name}"
+    llvm.add_symbol(symbol, _address(module, name))
+    return types.ExternalFunction(symbol, types.void(*[types.voidptr] * arguments))
+
+
+_dtrsm = _external(cython_blas, "dtrsm", 11)
+_strsm = _external(cython_blas, "strsm", 11)
+_dtrmm = _external(cython_blas, "dtrmm", 11)
+_strmm = _external(cython_blas, "strmm", 11)
+_dpotrf = _external(cython_lapack, "dpotrf", 5)
+_spotrf = _external(cython_lapack, "spotrf", 5)
+
+JIT = dict(nogil=True, boundscheck=False, cache=True)
+
+
+@numba.njit(**JIT)
+def _characters(*codes):
+    chars = np.empty(len(codes), np.uint8)
+    for k, c in enumerate(codes):
+        chars[k] = ord(c)
+    return chars
+
+
+@numba.njit(**JIT)
+def _integers(*values):
+    ints = np.empty(len(values), np.int32)
+    for k, v in enumerate(values):
+        ints[k] = v
+    return ints
+
+
+@numba.njit(**JIT)
+def cholesky(a, out):
+    """``out`` = the lower Cholesky factor of ``a`` (its lower triangle read)."""
+    n = a.shape[0]
+    for i in range(n):
+        for j in range(i + 1):
+            out[i, j] = a[i, j]
+        for j in range(i + 1, n):
+            out[i, j] = 0
+    uplo, ints = _characters("U"), _integers(n, n, 0)
+    if out.itemsize == 8:
+        _dpotrf(uplo.ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+    else:
+        _spotrf(uplo.ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+    if ints[2] != 0:
+        raise np.linalg.LinAlgError("Matrix is not positive definite.")
+
+
+@numba.njit(**JIT)
+def solve_triangular(a, b, out, lower, trans):
+    """``out`` = op(a)^-1 b for triangular ``a`` (op a transpose where ``trans``)."""
+    n, k = b.shape
+    for i in range(n):
+        if a[i, i] == 0:
+            raise np.linalg.LinAlgError("singular matrix: a diagonal element of the triangular matrix is zero")
+    out[...] = b
+    flags = _characters("R", "U" if lower else "L", "T" if trans else "N", "N")
+    ints = _integers(k, n, n, k)
+    one = np.ones(1, out.dtype)
+    if out.itemsize == 8:
+        _dtrsm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+    else:
+        _strsm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+
+
+@numba.njit(**JIT)
+def triangular_matmul(a, b, out, lower, trans):
+    """``out`` = op(a) b reading one triangle of ``a`` (BLAS trmm: half a GEMM's work)."""
+    n, k = b.shape
+    out[...] = b
+    flags = _characters("R", "U" if lower else "L", "T" if trans else "N", "N")
+    ints = _integers(k, n, n, k)
+    one = np.ones(1, out.dtype)
+    if out.itemsize == 8:
+        _dtrmm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+    else:
+        _strmm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+
+
+@numba.njit(**JIT)
+def _finite(*arrays):
+    """numba's np.linalg raises on a NaN or inf where NumPy returns NaN: the kernels below give
+    NaN themselves for such input, so that it reaches the loss as it does in NumPy."""
+    for x in arrays:
+        if not np.all(np.isfinite(x)):
+            return False
+    return True
+
+
+@numba.njit(**JIT)
+def solve(a, b, out):
+    if _finite(a, b):
+        out[...] = np.linalg.solve(a, b)
+    else:
+        out[...] = np.nan
+
+
+@numba.njit(**JIT)
+def inv(a, out):
+    if _finite(a):
+        out[...] = np.linalg.inv(a)
+    else:
+        out[...] = np.nan
+
+
+@numba.njit(**JIT)
+def det(a, out):
+    out[0] = np.linalg.det(a) if _finite(a) else np.nan
+
+
+@numba.njit(**JIT)
+def slogdet(a, out):
+    if _finite(a):
+        sign, logdet = np.linalg.slogdet(a)
+        out[0] = sign
+        out[1] = logdet
+    else:
+        out[...] = np.nan
+
+
+@numba.njit(**JIT)
+def eigh(a, out):
+    """``out[0]`` = the eigenvalues, ``out[1:]`` the eigenvectors (columns)."""
+    if _finite(a):
+        w, v = np.linalg.eigh(a)
+        out[0] = w
+        out[1:] = v
+    else:
+        out[...] = np.nan
+
+
+@numba.njit(**JIT)
+def qr(a, out):
+    """``out[:, :m]`` = Q transposed, ``out[:, m:]`` = R (reduced)."""
+    if _finite(a):
+        m = a.shape[0]
+        q, r = np.linalg.qr(a)
+        out[:, :m] = q.T
+        out[:, m:] = r
+    else:
+        out[...] = np.nan

@@ -1,0 +1,203 @@
+"""Linear algebra end to end: the compiled (numba) step against the reference executor, batched
+and in both float dtypes; batched gradients against finite differences; the errors NumPy raises.
+
+Each op's value and gradient against NumPy, SciPy and autograd are in test_ops.py and
+test_grad.py; here one program uses every function, so numba compiles few steps.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import morphjit as mj
+from morphjit import linalg as la
+from morphjit.ops import LINALG, OPS
+
+from gradcheck import check_loss_grads_fd
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spd(x):
+    """An SPD matrix (stack) from a free one: perturbing ``x`` keeps it SPD."""
+    n = x.shape[-1]
+    return x @ np.swapaxes(x, -1, -2) / n + np.eye(n, dtype=x.dtype)
+
+
+def everything(x, y):
+    """Every linear-algebra function, batched over x's leading axis; y broadcasts."""
+    k = spd(x)
+    L = np.linalg.cholesky(k)
+    alpha = la.cho_solve((L, True), y)
+    upper = la.cho_solve(la.cho_factor(k), y)
+    tri = la.solve_triangular(L, y, lower=True, trans="T")
+    w, v = np.linalg.eigh(k)
+    well = x + 2.0 * np.eye(x.shape[-1], dtype=x.dtype)
+    q, r = np.linalg.qr(well)
+    fitted, residuals, _, singular = la.lstsq(well[:, :, :3], y)    # NumPy does not batch lstsq
+    terms = [np.sum(y * alpha), np.sum(upper * tri), np.linalg.slogdet(k)[1].sum(), np.linalg.det(k).sum(),
+             np.sum(np.linalg.solve(k, y) ** 2), np.sum(np.linalg.inv(k) * x), np.sum(w * w),
+             np.sum(v ** 2 * x), np.sum(q ** 2 * x), np.sum(r ** 2), np.sum(np.linalg.eigvalsh(k)),
+             np.sum(fitted ** 2) + np.sum(residuals) + np.sum(singular), np.sum(np.linalg.pinv(well) * x)]
+    total = terms[0]
+    for t in terms[1:]:
+        total = total + t
+    return total
+
+
+def inputs(dtype, batch=3, n=4, rhs=2, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((batch, n, n)).astype(dtype), rng.standard_normal((n, rhs)).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_compiled_step_matches_the_reference_executor(dtype):
+    x, y = inputs(dtype)
+    compiled = mj.compile_loss(everything, argnums=(0, 1))
+    reference = mj.compile_loss(everything, argnums=(0, 1), backend="interp")
+    (value, grads), (ref_value, ref_grads) = compiled(x, y), reference(x, y)
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    assert value.dtype == dtype and all(g.dtype == dtype for g in grads)
+    np.testing.assert_allclose(value, ref_value, rtol=rtol)
+    for g, r in zip(grads, ref_grads):
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=rtol * np.abs(r).max())
+    assert "lapack" in str(compiled.explain(x, y))
+    used = {b.op for b in compiled.program(x, y).bindings}
+    assert {name for name, op in OPS.items() if op.kind == LINALG} <= used, "a linear-algebra op is not exercised"
+
+
+def batch_of_systems(log_noise, ks, ys):
+    k = ks + np.exp(log_noise) * np.eye(ks.shape[-1])
+    alpha = la.cho_solve((np.linalg.cholesky(k), True), ys[..., None])
+    return np.sum(alpha) + np.sum(np.linalg.slogdet(k)[1])
+
+
+def test_one_compiled_step_serves_every_batch_of_matrices():
+    compiled = mj.compile_loss(batch_of_systems)
+    reference = mj.compile_loss(batch_of_systems, backend="interp")
+    rng = np.random.default_rng(4)
+    for batch in (3, 5):
+        x = rng.standard_normal((batch, 4, 4))
+        args = (np.array(0.1), x @ np.swapaxes(x, 1, 2), rng.standard_normal((batch, 4)))
+        (value, grad), (ref_value, ref_grad) = compiled(*args), reference(*args)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-10)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10)
+    assert compiled.cache_info().misses == 1
+
+
+FRESH_PROCESS = """
+import numpy as np, morphjit as mj
+from morphjit import linalg as la
+
+def loss(log_noise, k, y):
+    L = np.linalg.cholesky(k + np.exp(log_noise) * np.eye(3))
+    return np.sum(la.cho_solve((L, True), y)) + np.linalg.slogdet(k)[1]
+
+step = mj.compile_loss(loss)
+value, grad = step(np.array(0.5), np.diag([1.0, 2.0, 3.0]), np.ones(3))
+print(repr(float(value)), repr(float(grad)), step.cache_info().disk_loads)
+"""
+
+
+def test_a_step_calling_lapack_loads_from_the_disk_cache_in_a_fresh_process(tmp_path):
+    """The kernels' BLAS/LAPACK routines are symbols registered at import, so machine code that
+    calls them loads from disk in another process."""
+    env = dict(os.environ, MORPHJIT_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    runs = [subprocess.run([sys.executable, "-c", FRESH_PROCESS], env=env, capture_output=True, text=True,
+                           timeout=600) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    (value, grad, first_loads), (value2, grad2, second_loads) = (r.stdout.split() for r in runs)
+    assert (first_loads, second_loads) == ("0", "1")
+    assert (value, grad) == (value2, grad2)
+    noise = np.exp(0.5)
+    assert float(value) == pytest.approx(sum(1 / (d + noise) for d in (1, 2, 3)) + np.log(6.0))
+
+
+def test_batched_gradients_agree_with_finite_differences():
+    x, y = inputs(np.float64, batch=2, n=3, seed=1)
+    _, grads = mj.compile_loss(everything, argnums=(0, 1), backend="interp")(x, y)
+    check_loss_grads_fd(lambda xs: everything(*xs), [x, y], list(grads), rng=np.random.default_rng(2))
+
+
+@pytest.mark.parametrize("condition", [1e1, 1e4, 1e8])
+def test_cholesky_gradients_hold_over_a_spread_of_condition_numbers(condition):
+    rng = np.random.default_rng(3)
+    q, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+    k = (q * np.geomspace(1.0, 1.0 / condition, 5)) @ q.T
+    y = rng.standard_normal(5)
+
+    def nll(k, y):
+        L = np.linalg.cholesky(k)
+        return 0.5 * np.sum(y * la.cho_solve((L, True), y)) + np.linalg.slogdet(k)[1]
+
+    _, (gk, gy) = mj.compile_loss(nll, argnums=(0, 1), backend="interp")(k, y)
+    kinv = np.linalg.inv(k)
+    alpha = kinv @ y
+    np.testing.assert_allclose(gk, -0.5 * np.outer(alpha, alpha) + kinv, rtol=1e-7 * condition, atol=1e-9)
+    np.testing.assert_allclose(gy, alpha, rtol=1e-7 * condition)
+
+
+def test_eigh_gradients_stay_finite_for_repeated_eigenvalues():
+    def loss(a):
+        w, v = np.linalg.eigh(a)
+        return np.sum(w ** 2) + np.sum(v ** 2 * a)
+
+    _, g = mj.compile_loss(loss, backend="interp")(np.eye(3))
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(np.diag(g), 2.0 + 1.0)   # d sum(w^2) = 2 I; v = I reads the diagonal
+
+
+def test_numpy_linalg_calls_on_traced_arrays_are_the_same_ops():
+    program = mj.trace(lambda a: np.linalg.slogdet(a)[1] + np.linalg.det(a), np.eye(2))
+    assert {"slogdet", "det"} <= {b.op for b in program.bindings}
+
+
+def failing(k, y):
+    return np.sum(np.linalg.solve(k, y)) + np.sum(la.cho_solve((np.linalg.cholesky(k), True), y))
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+@pytest.mark.parametrize("bad", ["indefinite", "singular"])
+def test_failures_raise_linalgerror_as_numpy_does(backend, bad):
+    k = {"indefinite": np.diag([1.0, -1.0]), "singular": np.zeros((2, 2))}[bad]
+    y = np.ones(2)
+    with pytest.raises(np.linalg.LinAlgError):
+        np.linalg.cholesky(k)
+    step = mj.compile_loss(failing, argnums=(0, 1), backend=backend)
+    with pytest.raises(np.linalg.LinAlgError):
+        step(k, y)
+    value, _ = step(np.eye(2), y)   # the step still works after a failure
+    assert value == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_nan_flows_through_to_the_loss_as_in_numpy(backend):
+    k = np.array([[np.nan, 0.0], [0.0, 1.0]])
+    assert np.isnan(np.linalg.cholesky(k)).any()   # NumPy (and LAPACK) do not raise on NaN
+    value, grads = mj.compile_loss(failing, argnums=(0, 1), backend=backend)(k, np.ones(2))
+    assert np.isnan(value)
+
+
+def test_a_singular_triangular_system_raises():
+    step = mj.compile_loss(lambda a, b: np.sum(la.solve_triangular(a, b, lower=True)), argnums=(1,))
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        step(np.tril(np.ones((3, 3))) - np.eye(3), np.ones(3))
+
+
+def test_scipy_linalg_on_a_traced_array_points_to_mj_linalg():
+    import scipy.linalg
+
+    with pytest.raises(mj.UnsupportedError, match=r"scipy.linalg.cho_solve .* call mj.linalg.cho_solve"):
+        mj.trace(lambda a, b: np.sum(scipy.linalg.cho_solve((a, True), b)), np.eye(2), np.ones(2))
+
+
+def test_shape_errors_name_the_problem():
+    with pytest.raises(mj.ShapeError, match="square matrices"):
+        mj.trace(lambda a: np.linalg.cholesky(a), np.ones((2, 3)))
+    with pytest.raises(mj.ShapeError, match="do not fit"):
+        mj.trace(lambda a, b: np.linalg.solve(a, b), np.eye(3), np.ones(2))
