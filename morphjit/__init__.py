@@ -7,6 +7,12 @@ from .array_api import (
     sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
+from .numpy_ext import (
+    arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt, ceil, copysign, cosh,
+    deg2rad, divmod, exp2, expm1, fabs, float_power, floor, floor_divide, fmod, heaviside, hypot,
+    isfinite, isinf, isnan, log10, log2, logaddexp, logaddexp2, mod, nan_to_num, rad2deg,
+    reciprocal, remainder, rint, round, sinc, sinh, tan, trunc,
+)
 from .cache import cache_info, clear_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError

@@ -614,5 +614,14 @@ def apply_function(func, args, kwargs):
     return FUNCTIONS[func](*args, **kwargs)
 
 
+# What modules adding op families (numpy_ext, special) build their functions with.
+bind = _apply
+promote = _promote
+as_value = _value
+as_array = _as_array
+trace_of = _trace_of
+dtype_of = _dtype_of
+elementwise_function = _elementwise
+
 ops.use_array_functions(sys.modules[__name__])
 trace.use_array_functions(sys.modules[__name__])

@@ -198,6 +198,26 @@ class AutogradNS:
         return anp.maximum(x, 0.0) * (x > 0)
 
     @staticmethod
+    def cbrt(x):
+        return anp.sign(x) * anp.abs(x) ** (1.0 / 3.0)
+
+    @staticmethod
+    def copysign(a, b):
+        return anp.abs(a) * anp.where(b < 0, -1.0, 1.0)
+
+    @staticmethod
+    def fmod(a, b):
+        return a - b * anp.trunc(a / b)
+
+    @staticmethod
+    def heaviside(x, h):
+        return anp.where(x > 0, 1.0, anp.where(x == 0, h * 0.0, 0.0)) + 0.0 * x
+
+    @staticmethod
+    def float_power(a, b):
+        return a ** b
+
+    @staticmethod
     def sigmoid(x):
         return 1.0 / (1.0 + anp.exp(-x))
 

@@ -82,6 +82,40 @@ for _shape in [(), (3,), (2, 3, 4)]:
     case("relu", lambda ns, x: ns.relu(x), [_shape], _s)
     case("square", lambda ns, x: ns.square(x), [_shape], _s)
 
+# NumPy's wider element-wise surface (morphjit/numpy_ext.py).
+def _uniform(lo, hi, *shapes):
+    return lambda rng: [rng.uniform(lo, hi, s) for s in shapes]
+
+
+for _shape in [(), (2, 3)]:
+    _s = "x".join(map(str, _shape)) or "scalar"
+    for _name in ["expm1", "exp2", "sinh", "cosh", "arctan", "arcsinh", "cbrt", "fabs", "rint", "floor", "ceil",
+                  "trunc"]:
+        case(_name, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], _s)
+    for _name in ["log2", "log10"]:
+        case(_name, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], _s, domain="pos")
+    for _name in ["tan", "arcsin", "arccos", "arctanh"]:
+        case(_name, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], _s, inputs=_uniform(-0.9, 0.9, _shape))
+    case("arccosh", lambda ns, x: ns.arccosh(x + 1.0), [_shape], _s, domain="pos")
+for _a, _b in BCAST[:4]:
+    _s = f"{_a}-{_b}".replace(" ", "")
+    for _name in ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "heaviside"]:
+        case(_name, lambda ns, a, b, f=_name: getattr(ns, f)(a, b), [_a, _b], _s)
+    for _name in ["remainder", "fmod", "floor_divide"]:
+        case(_name, lambda ns, a, b, f=_name: getattr(ns, f)(a, b), [_a, _b], _s, inputs=_uniform(0.5, 3.0, _a, _b))
+    case("remainder", lambda ns, a, b: a % b - b % 0.3, [_a, _b], _s + "-operator", inputs=_uniform(0.5, 3.0, _a, _b))
+    case("fmod", lambda ns, a, b: ns.fmod(a, b), [_a, _b], _s + "-signs",
+         inputs=lambda rng, a=_a, b=_b: [rng.uniform(-3, 3, a), rng.choice([-1, 1], b) * rng.uniform(0.5, 3, b)])
+    case("pow", lambda ns, a, b: ns.float_power(a, b), [_a, _b], _s + "-float_power", domain="pos")
+case("floor_divide", lambda ns, a, b: a // b + divmod(a, b)[1] if ns is mj else ns.floor_divide(a, b) + ns.remainder(a, b),
+     [(2, 3), (3,)], "operators",
+     inputs=_uniform(0.5, 3.0, (2, 3), (3,)))
+case("mul", lambda ns, x: ns.deg2rad(x) * ns.rad2deg(x), [(2, 3)], "deg2rad-rad2deg")
+case("sin", lambda ns, x: ns.sinc(x), [(2, 3)], "sinc")
+case("div", lambda ns, x: ns.reciprocal(x), [(2, 3)], "reciprocal", domain="pos")
+case("rint", lambda ns, x: ns.round(x, 1) * x, [(2, 3)], "round-decimals")
+case("where", lambda ns, x: ns.nan_to_num(ns.log(x)) * x, [(2, 3)], "nan_to_num")
+
 # Casts between float32 and float64 (finite differences with a step float32 can resolve).
 case("cast", lambda ns, x: ns.astype(ns.astype(x, np.float32), np.float64), [(2, 3)], "f64-f32-f64",
      eps=1e-2, rtol=1e-5, ag_rtol=1e-6)

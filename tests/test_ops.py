@@ -326,6 +326,47 @@ PREDICATES = [
 ]
 LOGICAL = [("and", mj.logical_and, np.logical_and), ("or", mj.logical_or, np.logical_or)]
 
+# NumPy's wider element-wise surface (morphjit/numpy_ext.py): (op, function, reference, domain).
+EXT_UNARY = [
+    ("expm1", mj.expm1, np.expm1, "any"), ("log2", mj.log2, np.log2, "pos"),
+    ("log10", mj.log10, np.log10, "pos"), ("exp2", mj.exp2, np.exp2, "any"),
+    ("sinh", mj.sinh, np.sinh, "any"), ("cosh", mj.cosh, np.cosh, "any"), ("tan", mj.tan, np.tan, "any"),
+    ("arcsin", mj.arcsin, np.arcsin, "any"), ("arccos", mj.arccos, np.arccos, "any"),
+    ("arctan", mj.arctan, np.arctan, "any"), ("arcsinh", mj.arcsinh, np.arcsinh, "any"),
+    ("arccosh", mj.arccosh, np.arccosh, "pos"), ("arctanh", mj.arctanh, np.arctanh, "any"),
+    ("cbrt", mj.cbrt, np.cbrt, "any"), ("fabs", mj.fabs, np.fabs, "any"), ("rint", mj.rint, np.rint, "any"),
+    ("floor", mj.floor, np.floor, "any"), ("ceil", mj.ceil, np.ceil, "any"), ("trunc", mj.trunc, np.trunc, "any"),
+    ("isnan", mj.isnan, np.isnan, "nonfinite"), ("isinf", mj.isinf, np.isinf, "nonfinite"),
+    ("isfinite", mj.isfinite, np.isfinite, "nonfinite"),
+    ("mul", mj.deg2rad, np.deg2rad, "any"), ("mul", mj.rad2deg, np.rad2deg, "any"),
+    ("sin", mj.sinc, np.sinc, "any"), ("div", mj.reciprocal, np.reciprocal, "any"),
+    ("rint", mj.round, np.round, "any"), ("rint", lambda x: mj.round(x, 2), lambda x: np.round(x, 2), "any"),
+    ("rint", lambda x: mj.round(x, -1), lambda x: np.round(x, -1), "big"),
+    ("where", mj.nan_to_num, np.nan_to_num, "nonfinite"),
+    ("where", lambda x: mj.nan_to_num(x, nan=1.5, posinf=9.0, neginf=-9.0),
+     lambda x: np.nan_to_num(x, nan=1.5, posinf=9.0, neginf=-9.0), "nonfinite"),
+]
+EXT_BINARY = [
+    ("hypot", mj.hypot, np.hypot), ("arctan2", mj.arctan2, np.arctan2),
+    ("logaddexp", mj.logaddexp, np.logaddexp), ("logaddexp2", mj.logaddexp2, np.logaddexp2),
+    ("copysign", mj.copysign, np.copysign), ("remainder", mj.remainder, np.remainder),
+    ("remainder", mj.mod, np.mod), ("fmod", mj.fmod, np.fmod), ("floor_divide", mj.floor_divide, np.floor_divide),
+    ("heaviside", mj.heaviside, np.heaviside), ("pow", mj.float_power, np.float_power),
+    ("floor_divide", lambda a, b: mj.divmod(a, b)[0], lambda a, b: np.divmod(a, b)[0]),
+    ("remainder", lambda a, b: mj.divmod(a, b)[1], lambda a, b: np.divmod(a, b)[1]),
+]
+# Integer operands where NumPy keeps integers (divisors drawn away from zero).
+EXT_INTEGER = [
+    ("floor", mj.floor, np.floor), ("ceil", mj.ceil, np.ceil), ("trunc", mj.trunc, np.trunc),
+    ("remainder", lambda a: mj.remainder(a, 7), lambda a: np.remainder(a, 7)),
+    ("remainder", lambda a: mj.remainder(a, -3), lambda a: np.remainder(a, -3)),
+    ("fmod", lambda a: mj.fmod(a, -3), lambda a: np.fmod(a, -3)),
+    ("floor_divide", lambda a: mj.floor_divide(a, 4), lambda a: np.floor_divide(a, 4)),
+    ("floor_divide", lambda a: mj.floor_divide(a, -4), lambda a: np.floor_divide(a, -4)),
+    ("floor_divide", lambda a: mj.round(a, -1), lambda a: np.round(a, -1)),
+    ("mul", mj.deg2rad, np.deg2rad), ("log2", mj.log2, np.log2), ("isnan", mj.isnan, np.isnan),
+]
+
 
 def _cases():
     c = []
@@ -364,6 +405,18 @@ def _cases():
         Case("maximum", "clip-lower-only", lambda x: mj.clip(x, -1, None),
              lambda x: np.clip(x, -1, None), unary()),
     ]
+    for op, f, ref, domain in EXT_UNARY:
+        c.append(Case(op, f"{getattr(f, '__name__', 'fn')}-{domain}-{len(c)}", f, ref, unary(domain)))
+        c.append(Case(op, f"{getattr(f, '__name__', 'fn')}-nonfinite-{len(c)}", f, ref, unary("nonfinite")))
+    for op, f, ref in EXT_BINARY:
+        name = f"{getattr(f, '__name__', 'fn')}-{len(c)}"
+        c.append(Case(op, name + "-broadcast", f, ref, nary("any", "any")))
+        c.append(Case(op, name + "-nonfinite", f, ref, nary("nonfinite", "any")))
+        c.append(Case(op, name + "-mixed-f32-f64", f, ref, mixed_make))
+        c.append(Case(op, name + "-python-scalar", lambda x, f=f: f(x, 2.5), lambda x, ref=ref: ref(x, 2.5), unary()))
+        c.append(Case(op, name + "-scalar-left", lambda x, f=f: f(-3, x), lambda x, ref=ref: ref(-3, x), unary()))
+    for op, f, ref in EXT_INTEGER:
+        c.append(Case(op, f"{getattr(f, '__name__', 'fn')}-int-{len(c)}", f, ref, int_make))
     for op, f, ref in PREDICATES:
         c.append(Case(op, "broadcast", f, ref, nary("any", "any")))
         c.append(Case(op, "ties", f, ref, ties()))

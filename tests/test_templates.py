@@ -28,12 +28,21 @@ UNARY_FLOAT = ["neg", "exp", "log", "log1p", "sqrt", "abs", "sign", "sin", "cos"
                "relu", "square"]
 BINARY_FLOAT = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
 COMPARISONS = ["lt", "le", "gt", "ge", "eq", "ne"]
+# morphjit/numpy_ext.py
+UNARY_FLOAT += ["expm1", "log2", "log10", "exp2", "sinh", "cosh", "tan", "arcsin", "arccos", "arctan", "arcsinh",
+                "arccosh", "arctanh", "cbrt", "fabs", "rint", "floor", "ceil", "trunc"]
+BINARY_FLOAT += ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "remainder", "fmod", "floor_divide",
+                 "heaviside"]
+INTEGER_TOO = ["floor", "ceil", "trunc", "remainder", "fmod", "floor_divide"]
+FLOAT_PREDICATES = ["isnan", "isinf", "isfinite"]
 ALL_DTYPES = FLOATS + INTS + (BOOL,)
 
 SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
     **{op: [((dt,), {}) for dt in FLOATS] for op in UNARY_FLOAT},
     **{op: [((dt, dt), {}) for dt in FLOATS] for op in BINARY_FLOAT},
     **{op: [((dt, dt), {}) for dt in FLOATS + INTS] for op in COMPARISONS},
+    **{op: [((dt,) * (1 if op in UNARY_FLOAT else 2), {}) for dt in FLOATS + INTS] for op in INTEGER_TOO},
+    **{op: [((dt,), {}) for dt in ALL_DTYPES] for op in FLOAT_PREDICATES},
     "eq": [((dt, dt), {}) for dt in ALL_DTYPES],
     "ne": [((dt, dt), {}) for dt in ALL_DTYPES],
     "and": [((BOOL, BOOL), {})],

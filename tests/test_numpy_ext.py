@@ -1,0 +1,82 @@
+"""NumPy's wider surface (morphjit/numpy_ext.py) compiled: the numba step against the reference
+executor, values and gradients, with many functions batched into one compiled loss per test.
+
+tests/test_ops.py, test_templates.py and test_grad.py cover each op against NumPy, finite
+differences and autograd; these tests check that the compiled loops agree with them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import morphjit as mj
+
+F32, F64 = np.float32, np.float64
+
+
+def _elementwise_terms(x, y):
+    """Every element-wise function of numpy_ext, on x in (0.2, 0.8) and y in (0.5, 2)."""
+    return [np.expm1(x), np.log2(x), np.log10(x), np.exp2(x), np.sinh(x), np.cosh(x), np.tan(x),
+            np.arcsin(x), np.arccos(x), np.arctan(x), np.arcsinh(x), np.arccosh(x + 1.5), np.arctanh(x),
+            np.cbrt(x - 0.5), np.fabs(x - 0.5), np.hypot(x, y), np.arctan2(x, y), np.logaddexp(x, y),
+            np.logaddexp2(x, y), np.copysign(x, y - 1), x % y, np.fmod(x - 0.5, y), x // 0.3,
+            np.floor(x * 5), np.ceil(x * 5), np.trunc(x * 5 - 2), np.rint(x * 5), np.round(x, 1),
+            np.heaviside(x - 0.5, 0.5), np.sinc(x), np.deg2rad(x), np.rad2deg(x), np.reciprocal(y),
+            np.float_power(x, y), np.nan_to_num(np.log(x - 0.5)), divmod(x, y)[1],
+            np.isnan(np.log(x - 0.5)), np.isinf(1 / (x - x)), np.isfinite(np.log(x - 0.5))]
+
+
+def _loss(x, y):
+    return sum(np.sum(t * (k + 1.0) / 40) for k, t in enumerate(_elementwise_terms(x, y)))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_elementwise_family_compiled_matches_reference(dtype):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.2, 0.8, (3, 5)).astype(dtype)
+    y = rng.uniform(0.5, 2.0, (5,)).astype(dtype)
+    results = {b: mj.compile_loss(_loss, argnums=(0, 1), backend=b)(x, y) for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-5 if dtype == F32 else 1e-12
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(v_i, _loss(x, y), rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+def test_integer_elementwise_compiled_matches_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, (4, 6))
+    k = rng.integers(-20, 20, (4, 6))
+
+    def integers(k):
+        return sum([k % 7, k % -3, k // 4, k // -4, np.fmod(k, -3), np.floor(k), np.ceil(k), np.trunc(k),
+                    np.round(k, -1), np.remainder(7, np.abs(k) + 1)])
+
+    expected = integers(k)
+    assert expected.dtype == k.dtype
+    for backend in ("numba", "interp"):
+        step = mj.compile_loss(lambda x, k: np.sum(x * integers(k)), argnums=(0,), backend=backend)
+        value, (grad,) = step(x, k)
+        np.testing.assert_array_equal(grad, expected.astype(F64))  # the gradient is the integer array
+
+
+def test_python_round_and_divmod_on_tracers():
+    x = np.array([[1.25, -2.5, 0.5, 3.75]])
+
+    def fn(x):
+        q, r = divmod(x, 0.75)
+        return round(x, 1), round(x), q, r, abs(x)
+
+    program = mj.trace(fn, x)
+    got = mj.run(program, x)
+    expected = [np.round(x, 1), np.round(x), *np.divmod(x, 0.75), np.abs(x)]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_reciprocal_of_integers_is_refused_with_the_spelling_to_use():
+    with pytest.raises(mj.DtypeError, match=r"1\.0 / x"):
+        mj.trace(lambda k: np.reciprocal(k), np.arange(3))
