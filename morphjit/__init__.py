@@ -13,6 +13,10 @@ from .numpy_ext import (
     isfinite, isinf, isnan, log10, log2, logaddexp, logaddexp2, mod, nan_to_num, rad2deg,
     reciprocal, remainder, rint, round, sinc, sinh, tan, trunc,
 )
+from .special import (
+    digamma, entr, erf, erfc, erfinv, expit, gammaln, log_expit, log_ndtr, logit, ndtr, softplus,
+    xlog1py, xlogy,
+)
 from .cache import cache_info, clear_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError

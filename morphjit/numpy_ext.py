@@ -106,13 +106,14 @@ def _kind(x) -> str:
     return A.dtype_of(x).kind
 
 
-def _floating(name):
+def floating_function(name):
+    """The array function of an op on floats: integer and boolean operands become float64."""
     return A.elementwise_function(name, floating=True)
 
 
 def _keeps_integers(name):
     """floor, ceil, trunc: integers in, the same integers out (NumPy 2)."""
-    float_fn, int_fn = _floating(name), A.elementwise_function(name)
+    float_fn, int_fn = floating_function(name), A.elementwise_function(name)
 
     def fn(x):
         return int_fn(x) if _kind(x) in "biu" else float_fn(x)
@@ -120,14 +121,14 @@ def _keeps_integers(name):
     return fn
 
 
-expm1, log2, log10, exp2 = (_floating(n) for n in ("expm1", "log2", "log10", "exp2"))
-sinh, cosh, tan = _floating("sinh"), _floating("cosh"), _floating("tan")
-arcsin, arccos, arctan = _floating("arcsin"), _floating("arccos"), _floating("arctan")
-arcsinh, arccosh, arctanh = _floating("arcsinh"), _floating("arccosh"), _floating("arctanh")
-cbrt, fabs, rint = _floating("cbrt"), _floating("fabs"), _floating("rint")
+expm1, log2, log10, exp2 = (floating_function(n) for n in ("expm1", "log2", "log10", "exp2"))
+sinh, cosh, tan = floating_function("sinh"), floating_function("cosh"), floating_function("tan")
+arcsin, arccos, arctan = floating_function("arcsin"), floating_function("arccos"), floating_function("arctan")
+arcsinh, arccosh, arctanh = floating_function("arcsinh"), floating_function("arccosh"), floating_function("arctanh")
+cbrt, fabs, rint = floating_function("cbrt"), floating_function("fabs"), floating_function("rint")
 floor, ceil, trunc = _keeps_integers("floor"), _keeps_integers("ceil"), _keeps_integers("trunc")
-hypot, arctan2, copysign = _floating("hypot"), _floating("arctan2"), _floating("copysign")
-logaddexp, logaddexp2, heaviside = _floating("logaddexp"), _floating("logaddexp2"), _floating("heaviside")
+hypot, arctan2, copysign = floating_function("hypot"), floating_function("arctan2"), floating_function("copysign")
+logaddexp, logaddexp2, heaviside = floating_function("logaddexp"), floating_function("logaddexp2"), floating_function("heaviside")
 remainder, fmod = A.elementwise_function("remainder"), A.elementwise_function("fmod")
 floor_divide = A.elementwise_function("floor_divide")
 mod = remainder
@@ -151,22 +152,22 @@ def float_power(x1, x2):
     return A.power(A.astype(x1, np.float64), A.astype(x2, np.float64))
 
 
-def _float_array(x):
+def float_array(x):
     x = A.as_array(x)
     return x if _kind(x) == "f" else A.astype(x, np.float64)
 
 
 def deg2rad(x):
-    return A.multiply(_float_array(x), math.pi / 180.0)
+    return A.multiply(float_array(x), math.pi / 180.0)
 
 
 def rad2deg(x):
-    return A.multiply(_float_array(x), 180.0 / math.pi)
+    return A.multiply(float_array(x), 180.0 / math.pi)
 
 
 def sinc(x):
     """NumPy's formula: ``sin(pi y) / (pi y)`` with ``y`` nudged off zero."""
-    x = _float_array(x)
+    x = float_array(x)
     y = A.multiply(math.pi, A.where(A.equal(x, 0), 1e-20, x))
     return A.divide(A.sin(y), y)
 

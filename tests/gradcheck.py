@@ -18,9 +18,10 @@ import numpy as np
 try:  # autograd is a test-only dependency
     import autograd
     import autograd.numpy as anp
+    import autograd.scipy.special as asp
     from autograd.scipy.special import logsumexp as _ag_logsumexp
 except ImportError:  # pragma: no cover
-    autograd = anp = _ag_logsumexp = None
+    autograd = anp = asp = _ag_logsumexp = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,10 +175,42 @@ def check_against_autograd(ag_fun, primals, value, grads, *, rtol=1e-9, atol=1e-
 # Array namespaces: the same model code runs on morphjit, autograd.numpy or plain NumPy
 
 class AutogradNS:
-    """The subset of ``mj.*`` the tests use, implemented with autograd.numpy."""
+    """The subset of ``mj.*`` the tests use, implemented with autograd.numpy (and autograd.scipy)."""
 
     def __getattr__(self, name):
-        return getattr(anp, name)
+        return getattr(anp, name) if hasattr(anp, name) else getattr(asp, name)
+
+    @staticmethod
+    def trigamma(x):
+        return asp.polygamma(1, x)
+
+    @staticmethod
+    def log_expit(x):
+        return -anp.logaddexp(0.0, -x)
+
+    @staticmethod
+    def softplus(x):
+        return anp.logaddexp(0.0, x)
+
+    @staticmethod
+    def ndtr(x):
+        return 0.5 * asp.erfc(-x / np.sqrt(2.0))
+
+    @classmethod
+    def log_ndtr(cls, x):
+        return anp.log(cls.ndtr(x))
+
+    @staticmethod
+    def xlogy(x, y):
+        return x * anp.log(y)
+
+    @staticmethod
+    def xlog1py(x, y):
+        return x * anp.log1p(y)
+
+    @staticmethod
+    def entr(x):
+        return -x * anp.log(x)
 
     @staticmethod
     def where(cond, a, b):

@@ -116,6 +116,25 @@ case("div", lambda ns, x: ns.reciprocal(x), [(2, 3)], "reciprocal", domain="pos"
 case("rint", lambda ns, x: ns.round(x, 1) * x, [(2, 3)], "round-decimals")
 case("where", lambda ns, x: ns.nan_to_num(ns.log(x)) * x, [(2, 3)], "nan_to_num")
 
+# SciPy's special functions (morphjit/special.py).
+for _shape in [(), (2, 3)]:
+    _s = "x".join(map(str, _shape)) or "scalar"
+    for _op, _name in [("erf", "erf"), ("erfc", "erfc"), ("log1p", "log_expit"), ("log1p", "softplus"),
+                       ("erfc", "ndtr"), ("erfc", "log_ndtr"), ("sigmoid", "expit")]:
+        case(_op, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], f"{_name}-{_s}")
+    for _op, _name in [("gammaln", "gammaln"), ("digamma", "digamma")]:
+        case(_op, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], f"{_name}-{_s}", domain="pos", ag_rtol=1e-7)
+        case(_op, lambda ns, x, f=_name: getattr(ns, f)(-x - 0.5), [_shape], f"{_name}-negative-{_s}",
+             inputs=_uniform(0.1, 0.4, _shape), ag_rtol=1e-7)
+    for _op, _name in [("erfinv", "erfinv"), ("log", "logit"), ("log", "entr")]:
+        case(_op, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], f"{_name}-{_s}", inputs=_uniform(0.05, 0.95, _shape))
+    case("erfinv", lambda ns, x: ns.erfinv(x), [_shape], f"erfinv-tails-{_s}", inputs=_uniform(-0.999, 0.999, _shape),
+         ag_rtol=1e-7)
+    for _op, _name in [("log", "xlogy"), ("log1p", "xlog1py")]:
+        case(_op, lambda ns, x, y, f=_name: getattr(ns, f)(x, y), [_shape, _shape], f"{_name}-{_s}", domain="pos")
+case("erfc", lambda ns, x: ns.log_ndtr(x * 30.0), [(2, 3)], "log_ndtr-tails", inputs=_uniform(-1.0, 0.2, (2, 3)),
+     ag_rtol=1e-5)
+
 # Casts between float32 and float64 (finite differences with a step float32 can resolve).
 case("cast", lambda ns, x: ns.astype(ns.astype(x, np.float32), np.float64), [(2, 3)], "f64-f32-f64",
      eps=1e-2, rtol=1e-5, ag_rtol=1e-6)

@@ -31,6 +31,7 @@ SPECIALS = {
     "any": [0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 1e3, -1e3],
     "pos": [1e-3, 0.5, 1.0, 2.0, 1e3],
     "big": [-1e4, -1e3, 1e3, 1e4, 0.0],
+    "unit": [0.0, -0.0, 1.0, -1.0, 0.5, -0.999999, 1e-9],
     "nonfinite": [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0],
 }
 
@@ -57,6 +58,8 @@ def values(rng, shape, dtype, domain="any"):
     x = rng.standard_normal(shape) * rng.choice([1.0, 3.0, 30.0])
     if domain == "pos":
         x = np.abs(x) + 0.05
+    if domain == "unit":
+        x = np.tanh(x)
     x = np.where(rng.random(shape) < 0.25, rng.choice(SPECIALS[domain], size=shape), x)
     return np.asarray(x, dtype)
 
@@ -355,6 +358,17 @@ EXT_BINARY = [
     ("floor_divide", lambda a, b: mj.divmod(a, b)[0], lambda a, b: np.divmod(a, b)[0]),
     ("remainder", lambda a, b: mj.divmod(a, b)[1], lambda a, b: np.divmod(a, b)[1]),
 ]
+# SciPy's special functions (morphjit/special.py): (op, function, reference, domain, tolerance factor).
+SPECIAL_UNARY = [
+    ("erf", mj.erf, sp.erf, "any", 1), ("erfc", mj.erfc, sp.erfc, "any", 1),
+    ("gammaln", mj.gammaln, sp.gammaln, "any", 10), ("gammaln", mj.gammaln, sp.gammaln, "pos", 10),
+    ("erfinv", mj.erfinv, sp.erfinv, "unit", 10), ("digamma", mj.digamma, sp.digamma, "any", 100),
+    ("digamma", mj.digamma, sp.digamma, "pos", 10), ("sigmoid", mj.expit, sp.expit, "any", 1),
+    ("log", mj.logit, sp.logit, "unit", 10), ("log1p", mj.log_expit, sp.log_expit, "any", 10),
+    ("log1p", mj.softplus, sp.softplus, "any", 10), ("erfc", mj.ndtr, sp.ndtr, "any", 10),
+    ("erfc", mj.log_ndtr, sp.log_ndtr, "any", 100), ("log", mj.entr, sp.entr, "any", 1),
+]
+SPECIAL_BINARY = [("log", mj.xlogy, sp.xlogy), ("log1p", mj.xlog1py, sp.xlog1py)]
 # Integer operands where NumPy keeps integers (divisors drawn away from zero).
 EXT_INTEGER = [
     ("floor", mj.floor, np.floor), ("ceil", mj.ceil, np.ceil), ("trunc", mj.trunc, np.trunc),
@@ -415,6 +429,14 @@ def _cases():
         c.append(Case(op, name + "-mixed-f32-f64", f, ref, mixed_make))
         c.append(Case(op, name + "-python-scalar", lambda x, f=f: f(x, 2.5), lambda x, ref=ref: ref(x, 2.5), unary()))
         c.append(Case(op, name + "-scalar-left", lambda x, f=f: f(-3, x), lambda x, ref=ref: ref(-3, x), unary()))
+    for op, f, ref, domain, tol in SPECIAL_UNARY:
+        c.append(Case(op, f"{f.__name__}-{domain}-{len(c)}", f, ref, unary(domain), tol=tol))
+        c.append(Case(op, f"{f.__name__}-nonfinite-{len(c)}", f, ref, unary("nonfinite"), tol=tol))
+    for op, f, ref in SPECIAL_BINARY:
+        c.append(Case(op, f"{f.__name__}-{len(c)}", f, ref, nary("any", "pos")))
+        c.append(Case(op, f"{f.__name__}-nonfinite-{len(c)}", f, ref, nary("nonfinite", "any")))
+        c.append(Case(op, f"{f.__name__}-zeros-{len(c)}", lambda y, f=f: f(0.0 * y, y), lambda y, ref=ref: ref(0.0 * y, y),
+                      unary("nonfinite")))
     for op, f, ref in EXT_INTEGER:
         c.append(Case(op, f"{getattr(f, '__name__', 'fn')}-int-{len(c)}", f, ref, int_make))
     for op, f, ref in PREDICATES:
@@ -613,6 +635,7 @@ def test_every_mj_array_function_has_a_case():
 LOWER_CASES = {
     "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
     "softmax_cross_entropy": sce_make("big"),
+    "erfinv": unary("unit"), "digamma": unary("any"),
 }
 
 

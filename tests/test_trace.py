@@ -10,6 +10,7 @@ import collections
 import zlib
 
 import numpy as np
+import scipy.special as sp
 import pytest
 
 import morphjit as mj
@@ -73,6 +74,11 @@ NUMPY_CASES = {
                                         np.divmod(x, 2), x.astype(np.int32) % 3, x.astype(np.int64) // -2),
     "non-finite": lambda x: (np.isnan(x / x), np.isinf(1 / x), np.isfinite(1 / x), np.nan_to_num(1 / x),
                              np.nan_to_num(x / x, nan=-1.0, posinf=5.0)),
+    # morphjit/special.py: SciPy's ufuncs
+    "scipy-special": lambda x, v: (sp.expit(x), sp.logit(sp.expit(x)), sp.log_expit(x), sp.erf(x), sp.erfc(x),
+                                   sp.erfinv(np.tanh(x)), sp.ndtr(x), sp.log_ndtr(x), sp.gammaln(x), sp.digamma(x),
+                                   sp.psi(np.abs(x) + 1), sp.xlogy(x, np.abs(v)), sp.xlog1py(x, np.abs(v)),
+                                   sp.entr(x), sp.softplus(x)),
     # functions
     "sum": lambda x, t: (np.sum(x), np.sum(x, axis=1), np.sum(t, axis=(0, 2)), np.sum(x, axis=-1, keepdims=True)),
     "mean": lambda x, t: (np.mean(x), np.mean(t, axis=1), np.mean(x, axis=0, keepdims=True)),
