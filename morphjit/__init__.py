@@ -17,6 +17,9 @@ from .special import (
     digamma, entr, erf, erfc, erfinv, expit, gammaln, log_expit, log_ndtr, logit, ndtr, softplus,
     xlog1py, xlogy,
 )
+from .numpy_reduce import (
+    all, any, argmax, argmin, average, cumprod, cumsum, nanmean, nansum, norm, prod, ptp,
+)
 from .cache import cache_info, clear_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError

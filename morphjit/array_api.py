@@ -638,6 +638,9 @@ as_value = _value
 as_array = _as_array
 trace_of = _trace_of
 dtype_of = _dtype_of
+shape_of = _shape_of
+truth = _truth
+no_out = _no_out
 elementwise_function = _elementwise
 
 ops.use_array_functions(sys.modules[__name__])

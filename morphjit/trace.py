@@ -191,6 +191,15 @@ class Tracer:
     swapaxes = lambda self, a, b: A.swapaxes(self, a, b)
     ravel = lambda self: A.ravel(self)
     flatten = ravel
+    # Methods whose functions live in the op-family modules reach them through NumPy's dispatch.
+    prod = lambda self, *args, **kwargs: np.prod(self, *args, **kwargs)
+    argmax = lambda self, *args, **kwargs: np.argmax(self, *args, **kwargs)
+    argmin = lambda self, *args, **kwargs: np.argmin(self, *args, **kwargs)
+    any = lambda self, *args, **kwargs: np.any(self, *args, **kwargs)
+    all = lambda self, *args, **kwargs: np.all(self, *args, **kwargs)
+    cumsum = lambda self, *args, **kwargs: np.cumsum(self, *args, **kwargs)
+    cumprod = lambda self, *args, **kwargs: np.cumprod(self, *args, **kwargs)
+    round = lambda self, decimals=0: np.round(self, decimals)
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:

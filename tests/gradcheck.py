@@ -181,6 +181,41 @@ class AutogradNS:
         return getattr(anp, name) if hasattr(anp, name) else getattr(asp, name)
 
     @staticmethod
+    def ptp(x, axis=None):
+        return anp.max(x, axis=axis) - anp.min(x, axis=axis)
+
+    @staticmethod
+    def nansum(x, axis=None):
+        return anp.sum(anp.where(anp.isnan(x), 0.0, x), axis=axis)
+
+    @classmethod
+    def nanmean(cls, x, axis=None):
+        return cls.nansum(x, axis) / anp.sum(~anp.isnan(x), axis=axis)
+
+    @staticmethod
+    def cumprod(x, axis=None):
+        moved = anp.moveaxis(x, axis, 0)
+        rows = [moved[0]]
+        for row in moved[1:]:
+            rows.append(rows[-1] * row)
+        return anp.moveaxis(anp.stack(rows), 0, axis)
+
+    @staticmethod
+    def average(x, axis=None, weights=None):
+        w = anp.reshape(weights, (-1,) + (1,) * (x.ndim - axis % x.ndim - 1))
+        return anp.sum(x * w, axis=axis) / anp.sum(w * anp.ones_like(x), axis=axis)
+
+    class linalg:
+        @staticmethod
+        def norm(x, ord=None, axis=None):
+            if x.ndim == 2 and axis is None and ord in (1, np.inf):
+                return anp.max(anp.sum(anp.abs(x), axis=0 if ord == 1 else 1))
+            if ord in (1, np.inf):
+                reduce = anp.sum if ord == 1 else anp.max
+                return reduce(anp.abs(x), axis=axis)
+            return anp.linalg.norm(x, ord, axis)
+
+    @staticmethod
     def trigamma(x):
         return asp.polygamma(1, x)
 

@@ -135,6 +135,26 @@ for _shape in [(), (2, 3)]:
 case("erfc", lambda ns, x: ns.log_ndtr(x * 30.0), [(2, 3)], "log_ndtr-tails", inputs=_uniform(-1.0, 0.2, (2, 3)),
      ag_rtol=1e-5)
 
+# Reductions and scans (morphjit/numpy_reduce.py).
+for _axis in [None, 0, -1, (0, 2)]:
+    _s = f"axis={_axis}".replace(" ", "")
+    case("prod", lambda ns, x, axis=_axis: ns.prod(x, axis=axis), [(2, 3, 4)], _s, inputs=_uniform(0.5, 1.5, (2, 3, 4)))
+    case("max", lambda ns, x, axis=_axis: ns.ptp(x, axis=axis), [(2, 3, 4)], "ptp-" + _s)
+    case("sum", lambda ns, x, axis=_axis: ns.nansum(x, axis=axis), [(2, 3, 4)], "nansum-" + _s)
+    case("div", lambda ns, x, axis=_axis: ns.nanmean(x, axis=axis), [(2, 3, 4)], "nanmean-" + _s)
+for _axis in [0, 1, -1]:
+    case("concatenate", lambda ns, x, axis=_axis: ns.cumsum(x, axis=axis), [(3, 5, 2)], f"cumsum-axis={_axis}")
+    case("concatenate", lambda ns, x, axis=_axis: ns.cumprod(x, axis=axis), [(3, 5, 2)], f"cumprod-axis={_axis}")
+    case("sum", lambda ns, x, w, axis=_axis: ns.average(x, axis=axis, weights=w), [(3, 3, 3), (3,)],
+         f"average-weights-axis={_axis}", inputs=lambda rng: [rng.standard_normal((3, 3, 3)), rng.uniform(0.5, 2, 3)])
+case("concatenate", lambda ns, x: ns.cumsum(x), [(2, 3)], "cumsum-flat")
+for _ord in [None, 1, 2, np.inf, 3]:
+    case("sum", lambda ns, x, ord=_ord: ns.linalg.norm(x, ord, axis=-1) if ns is AG else ns.norm(x, ord, axis=-1),
+         [(3, 4)], f"norm-vector-ord={_ord}")
+for _ord in ["fro", 1, np.inf]:
+    case("sum", lambda ns, x, ord=_ord: ns.linalg.norm(x, ord) if ns is AG else ns.norm(x, ord),
+         [(3, 4)], f"norm-matrix-ord={_ord}")
+
 # Casts between float32 and float64 (finite differences with a step float32 can resolve).
 case("cast", lambda ns, x: ns.astype(ns.astype(x, np.float32), np.float64), [(2, 3)], "f64-f32-f64",
      eps=1e-2, rtol=1e-5, ag_rtol=1e-6)

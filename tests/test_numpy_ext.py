@@ -109,3 +109,45 @@ def test_special_functions_compiled_match_reference(dtype):
 def test_unsupported_scipy_ufunc_is_named_by_its_scipy_path():
     with pytest.raises(mj.UnsupportedError, match=r"scipy\.special\.gamma is not supported.*gammaln"):
         mj.trace(lambda x: sp.gamma(x), np.ones(3))
+
+
+def _prod_grad_reference(x, axis):
+    """d prod / d x_i = the product of the other elements, computed directly."""
+    moved = np.moveaxis(x, axis, -1)
+    n = moved.shape[-1]
+    grads = [np.prod(np.delete(moved, i, axis=-1), axis=-1) for i in range(n)]
+    return np.moveaxis(np.stack(grads, axis=-1), -1, axis)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_prod_gradient_is_right_with_zeros(backend):
+    x = np.array([[0.0, 2.0, 3.0, -1.5], [0.0, 0.0, 4.0, 2.0], [1.5, -2.0, 0.5, 3.0]])
+    step = mj.compile_loss(lambda x: np.sum(np.prod(x, axis=1) * np.array([1.0, 2.0, -3.0])), backend=backend)
+    value, grad = step(x)
+    np.testing.assert_allclose(grad, _prod_grad_reference(x, 1) * np.array([[1.0], [2.0], [-3.0]]))
+    assert np.isfinite(grad).all()
+
+
+def _reduction_loss(x, w):
+    terms = [np.prod(x, axis=1), np.prod(x), x.prod(axis=0), np.cumsum(x, axis=1), np.cumprod(x, axis=0),
+             np.average(x, axis=1, weights=w), np.ptp(x, axis=0), np.nansum(x), np.nanmean(x, axis=0),
+             np.linalg.norm(x), np.linalg.norm(x, 1), np.linalg.norm(x, np.inf), np.linalg.norm(x, axis=1),
+             np.linalg.norm(x[0], 3), np.argmax(x, axis=1), np.argmin(x), np.any(x > 1), np.all(x > -5, axis=0),
+             x.argmax(), x.cumsum(), x.cumprod(axis=1)]
+    return sum(np.sum(t * (k + 1.0) / 20) for k, t in enumerate(terms))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_reductions_compiled_match_reference(dtype):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 4)).astype(dtype)
+    x[0, 1] = 0
+    x[1, :2] = 0
+    w = rng.uniform(0.5, 2.0, 4).astype(dtype)
+    results = {b: mj.compile_loss(_reduction_loss, argnums=(0, 1), backend=b)(x, w) for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-5 if dtype == F32 else 1e-12
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    np.testing.assert_allclose(v_i, _reduction_loss(x, w), rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)

@@ -369,6 +369,52 @@ SPECIAL_UNARY = [
     ("erfc", mj.log_ndtr, sp.log_ndtr, "any", 100), ("log", mj.entr, sp.entr, "any", 1),
 ]
 SPECIAL_BINARY = [("log", mj.xlogy, sp.xlogy), ("log1p", mj.xlog1py, sp.xlog1py)]
+# Reductions and scans (morphjit/numpy_reduce.py): (op, name, function(x, axis, keepdims), reference).
+REDUCTIONS = [
+    ("prod", "prod", mj.prod, np.prod), ("min", "argmax", mj.argmax, np.argmax),
+    ("min", "argmin", mj.argmin, np.argmin), ("sum", "any", mj.any, np.any), ("sum", "all", mj.all, np.all),
+    ("max", "ptp", mj.ptp, np.ptp), ("sum", "nansum", mj.nansum, np.nansum),
+    ("div", "nanmean", mj.nanmean, np.nanmean), ("sum", "average", mj.average, np.average),
+]
+SCANS = [("concatenate", mj.cumsum, np.cumsum), ("concatenate", mj.cumprod, np.cumprod)]
+NORMS = [None, 1, 2, np.inf, -np.inf, 0, 3, -1.5]
+MATRIX_NORMS = [None, "fro", 1, -1, np.inf, -np.inf]
+
+
+def single_axis_make(domain="any", dtype=None):
+    def make(rng, dt):
+        x = values(rng, rand_shape(rng, 1, 3), dt, domain) if dtype is None else ints(rng, rand_shape(rng, 1, 3), dt)
+        return (x,), dict(axis=rand_axis(rng, x.ndim, allow_tuple=False), keepdims=bool(rng.random() < 0.5))
+    return make
+
+
+def norm_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3), dt)
+    ord = NORMS[int(rng.integers(0, len(NORMS)))]
+    return (x,), dict(ord=ord, axis=int(rng.integers(-x.ndim, x.ndim)), keepdims=bool(rng.random() < 0.5))
+
+
+def matrix_norm_make(rng, dt):
+    x = values(rng, rand_shape(rng, 2, 3), dt)
+    ord = MATRIX_NORMS[int(rng.integers(0, len(MATRIX_NORMS)))]
+    axis = tuple(int(a) for a in rng.permutation(x.ndim)[:2])
+    return (x,), dict(ord=ord, axis=axis, keepdims=bool(rng.random() < 0.5))
+
+
+def weights_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3), dt)
+    axis = int(rng.integers(-x.ndim, x.ndim))
+    return (x, np.abs(values(rng, (x.shape[axis],), dt)) + 0.5), dict(axis=axis)
+
+
+def scan_make(domain="any", integers=False):
+    def make(rng, dt):
+        shape = rand_shape(rng, 1, 3, max_dim=9)
+        x = ints(rng, shape, dt) if integers else values(rng, shape, dt, domain) / 4
+        return (x,), dict(axis=None if rng.random() < 0.25 else int(rng.integers(-x.ndim, x.ndim)))
+    return make
+
+
 # Integer operands where NumPy keeps integers (divisors drawn away from zero).
 EXT_INTEGER = [
     ("floor", mj.floor, np.floor), ("ceil", mj.ceil, np.ceil), ("trunc", mj.trunc, np.trunc),
@@ -437,6 +483,34 @@ def _cases():
         c.append(Case(op, f"{f.__name__}-nonfinite-{len(c)}", f, ref, nary("nonfinite", "any")))
         c.append(Case(op, f"{f.__name__}-zeros-{len(c)}", lambda y, f=f: f(0.0 * y, y), lambda y, ref=ref: ref(0.0 * y, y),
                       unary("nonfinite")))
+    for op, name, f, ref in REDUCTIONS:
+        call = lambda x, axis, keepdims, f=f: f(x, axis=axis, keepdims=keepdims)
+        expected = lambda x, axis, keepdims, ref=ref: ref(x, axis=axis, keepdims=keepdims)
+        for domain in ("any", "nonfinite"):
+            c.append(Case(op, f"{name}-{domain}", call, expected, single_axis_make(domain), tol=10))
+    c += [
+        Case("prod", "prod-tuple-axes", lambda x, axis, keepdims: mj.prod(x, axis=axis, keepdims=keepdims),
+             lambda x, axis, keepdims: np.prod(x, axis=axis, keepdims=keepdims), reduce_make(), tol=10),
+        Case("prod", "prod-int", lambda x: mj.prod(x, axis=-1), lambda x: np.prod(x, axis=-1),
+             lambda rng, dt: ((ints(rng, rand_shape(rng, 1, 3), dt),), {})),
+        Case("min", "argmax-int", lambda x: mj.argmax(x, axis=0), lambda x: np.argmax(x, axis=0), int_make),
+        Case("min", "argmax-flat", mj.argmax, np.argmax, unary("nonfinite")),
+        Case("sum", "any-float", lambda x: mj.any(x), lambda x: np.any(x), unary()),
+        Case("sum", "average-weights", lambda x, w, axis: mj.average(x, axis=axis, weights=w),
+             lambda x, w, axis: np.average(x, axis=axis, weights=w), weights_make, tol=10),
+        Case("sum", "average-returned", lambda x, w, axis: mj.average(x, axis=axis, weights=w, returned=True)[1],
+             lambda x, w, axis: np.average(x, axis=axis, weights=w, returned=True)[1], weights_make, tol=10),
+        Case("sum", "norm-vector", lambda x, ord, axis, keepdims: mj.norm(x, ord, axis, keepdims),
+             lambda x, ord, axis, keepdims: np.linalg.norm(x, ord, axis, keepdims), norm_make, tol=100),
+        Case("sum", "norm-matrix", lambda x, ord, axis, keepdims: mj.norm(x, ord, axis, keepdims),
+             lambda x, ord, axis, keepdims: np.linalg.norm(x, ord, axis, keepdims), matrix_norm_make, tol=100),
+        Case("sqrt", "norm-all", mj.norm, np.linalg.norm, unary(), tol=10),
+    ]
+    for op, f, ref in SCANS:
+        c.append(Case(op, f"{f.__name__}-float", lambda x, axis, f=f: f(x, axis=axis),
+                      lambda x, axis, ref=ref: ref(x, axis=axis), scan_make(), tol=100))
+        c.append(Case(op, f"{f.__name__}-int", lambda x, axis, f=f: f(x, axis=axis),
+                      lambda x, axis, ref=ref: ref(x, axis=axis), scan_make(integers=True)))
     for op, f, ref in EXT_INTEGER:
         c.append(Case(op, f"{getattr(f, '__name__', 'fn')}-int-{len(c)}", f, ref, int_make))
     for op, f, ref in PREDICATES:

@@ -79,6 +79,14 @@ NUMPY_CASES = {
                                    sp.erfinv(np.tanh(x)), sp.ndtr(x), sp.log_ndtr(x), sp.gammaln(x), sp.digamma(x),
                                    sp.psi(np.abs(x) + 1), sp.xlogy(x, np.abs(v)), sp.xlog1py(x, np.abs(v)),
                                    sp.entr(x), sp.softplus(x)),
+    # morphjit/numpy_reduce.py
+    "reductions": lambda x, t: (np.prod(x), np.prod(t, axis=(0, 2)), x.prod(axis=0), np.argmax(x), np.argmin(t, axis=1),
+                                x.argmax(axis=0), x.argmin(), np.any(x > 0), np.all(t > 0, axis=0), x.any(), x.all(),
+                                np.ptp(t, axis=-1), np.average(x), np.average(t, axis=1, weights=np.abs(x[0]) + 1),
+                                np.nansum(x / x), np.nanmean(x / x, axis=0)),
+    "scans-norms": lambda x, t: (np.cumsum(x), np.cumsum(t, axis=1), x.cumsum(axis=0), np.cumprod(x / 10, axis=-1),
+                                 x.cumprod(), np.linalg.norm(x), np.linalg.norm(t, axis=(0, 2)), np.linalg.norm(x, 1),
+                                 np.linalg.norm(x[0], np.inf)),
     # functions
     "sum": lambda x, t: (np.sum(x), np.sum(x, axis=1), np.sum(t, axis=(0, 2)), np.sum(x, axis=-1, keepdims=True)),
     "mean": lambda x, t: (np.mean(x), np.mean(t, axis=1), np.mean(x, axis=0, keepdims=True)),
