@@ -20,6 +20,15 @@ from .special import (
 from .numpy_reduce import (
     all, any, argmax, argmin, average, cumprod, cumsum, nanmean, nansum, norm, prod, ptp,
 )
+from .einsum import (
+    diag, diagonal, einsum, inner, kron, outer, tensordot, tril, triu, vdot,
+)
+from .numpy_shape import (
+    array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, column_stack, diff, dstack,
+    flip, fliplr, flipud, hstack, meshgrid, moveaxis, ndim, pad, repeat, roll, shape, size, split,
+    tile, vstack,
+)
+from .custom import custom_vjp, stop_gradient
 from .cache import cache_info, clear_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError

@@ -151,3 +151,103 @@ def test_reductions_compiled_match_reference(dtype):
     np.testing.assert_allclose(v_i, _reduction_loss(x, w), rtol=rtol)
     for a, b in zip(g_n, g_i):
         np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+def _contraction_and_shape_terms(a, b, c, sq, v):
+    return [np.tensordot(c, b, 1), np.tensordot(c, a, ([1, 2], [0, 1])), np.inner(a, a), np.outer(v, a), np.vdot(a, a),
+            np.kron(a, sq), np.trace(sq), np.trace(c, 1, 1, 2), np.diag(sq, 1), np.diag(v, -1), np.diagonal(c, 0, 2, 1),
+            np.tril(a), np.triu(c, 1), np.einsum("ii", sq), np.einsum("bij,jk->bki", c, b) ** 2,
+            np.einsum("ij,jk,kl->il", a, b, b.T), np.einsum("...j,j->...", c, v[:4]),
+            np.hstack([a, a]), np.vstack([a, v[:4]]), np.dstack([a, a]), np.column_stack([v, v]),
+            np.split(c, 2, axis=-1)[1], np.moveaxis(c, 0, -1), np.flip(c, 1), np.fliplr(a), np.flipud(a),
+            np.roll(c, -1, axis=1), np.tile(a, (2, 1, 3)), np.repeat(a, 2, axis=1), np.repeat(v, [1, 0, 2, 3, 1]),
+            np.pad(a, ((1, 2), (0, 3)), constant_values=5.0), np.pad(a, 2, mode="edge"),
+            np.pad(a, ((2, 1), (3, 3)), mode="reflect"), np.diff(c, 2, axis=1), np.meshgrid(v, a[0])[0],
+            np.broadcast_arrays(v, a[:, :1])[1], mj.stop_gradient(a) * a]
+
+
+def _contraction_loss(a, b, c, sq, v):
+    return sum(np.sum(t * ((k % 7) + 1.0) / 10) for k, t in enumerate(_contraction_and_shape_terms(a, b, c, sq, v)))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_contractions_and_shapes_compiled_match_reference(dtype):
+    rng = np.random.default_rng(4)
+    args = [rng.normal(size=s).astype(dtype) for s in [(3, 4), (4, 5), (2, 3, 4), (4, 4), (5,)]]
+    results = {b: mj.compile_loss(_contraction_loss, argnums=(0, 1, 2, 3, 4), backend=b)(*args)
+               for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-4 if dtype == F32 else 1e-12
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+@mj.custom_vjp
+def _clip_gradient(x):
+    return x * 1.0
+
+
+_clip_gradient.defvjp(lambda x: (_clip_gradient(x), None), lambda residuals, g: (np.clip(g, -1.0, 1.0),))
+
+
+@mj.custom_vjp
+def _safe_log(x):
+    return np.log(x)
+
+
+_safe_log.defvjp(lambda x: (np.log(x), x), lambda x, g: (g / np.maximum(x, 1e-3),))
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_custom_vjp_uses_the_users_backward_rule(backend):
+    x = np.array([[0.5, -2.0, 3.0], [1.0, 4.0, -0.5], [1e-5, 2.0, 0.25]])
+    weights = np.array([5.0, -0.5, 2.0])
+
+    def loss(x):
+        return np.sum(_clip_gradient(x) * weights) + np.sum(_safe_log(np.abs(x)))
+
+    value, grad = mj.compile_loss(loss, backend=backend)(x)
+    np.testing.assert_allclose(value, np.sum(x * weights) + np.sum(np.log(np.abs(x))))
+    expected = np.clip(weights, -1, 1) + np.sign(x) / np.maximum(np.abs(x), 1e-3)
+    np.testing.assert_allclose(grad, np.broadcast_to(expected, x.shape))
+    np.testing.assert_allclose(_safe_log(np.array([2.0])), np.log([2.0]))   # eager: the function itself
+
+
+def test_custom_vjp_needs_its_rule_and_one_cotangent_per_argument():
+    @mj.custom_vjp
+    def f(x, y):
+        return x * y
+
+    with pytest.raises(mj.TracingError, match="defvjp"):
+        mj.compile_loss(lambda x: np.sum(f(x, x)), backend="interp")(np.ones(2))
+    f.defvjp(lambda x, y: (x * y, None), lambda residuals, g: (g,))
+    with pytest.raises(mj.TracingError, match="1 cotangents for 2 arguments"):
+        mj.compile_loss(lambda x: np.sum(f(x, x)), backend="interp")(np.ones(2))
+
+
+def test_stop_gradient_blocks_only_its_path():
+    x = np.array([1.0, -2.0, 3.0])
+    for backend in ("interp", "numba"):
+        _, grad = mj.compile_loss(lambda x: np.sum(x * mj.stop_gradient(x) + mj.stop_gradient(x ** 3)), backend=backend)(x)
+        np.testing.assert_array_equal(grad, x)
+
+
+def _counts(fn, *args) -> str:
+    """The instruction counts of the compiled step (the first line of its source); only the last
+    argument is differentiated, so views of the others appear in the forward loops alone."""
+    first = mj.compile_loss(fn, argnums=len(args) - 1).source(*args).splitlines()[0]
+    return first.split(":", 1)[1].split(";")[0]
+
+
+@pytest.mark.parametrize("view, plain", [
+    (lambda x, y: np.flip(x, 1) * y, lambda x, y: x * y),
+    (lambda x, y: np.flipud(np.fliplr(x)) * y, lambda x, y: x * y),
+    (lambda x, y: np.moveaxis(x.T, 0, 1) * y, lambda x, y: x * y),
+    (lambda x, y: np.diagonal(x) * y[0, :4], lambda x, y: x[0, :4] * y[0, :4]),
+    (lambda x, y: np.einsum("ii->i", x[:, :4]) * y[1, :4], lambda x, y: x[0, :4] * y[1, :4]),
+])
+def test_new_views_fuse_like_the_existing_ones(view, plain):
+    x, y = np.ones((4, 5)), np.full((4, 5), 2.0)
+    assert _counts(lambda x, y: np.sum(np.sin(view(x, y))), x, y) == \
+        _counts(lambda x, y: np.sum(np.sin(plain(x, y))), x, y)

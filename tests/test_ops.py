@@ -18,6 +18,7 @@ import scipy.special as sp
 
 import morphjit as mj
 from morphjit import array_api
+from morphjit.custom import is_user_op
 from morphjit.ops import OPS
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
@@ -415,6 +416,101 @@ def scan_make(domain="any", integers=False):
     return make
 
 
+# Contractions (morphjit/einsum.py): (op, name, function, reference, make).
+def operands_make(*shapes, integers=False):
+    def make(rng, dt):
+        return tuple(ints(rng, s, dt) if integers else values(rng, s, dt) for s in shapes), {}
+    return make
+
+
+def einsum_make(subscripts, *shapes, integers=False):
+    make = operands_make(*shapes, integers=integers)
+    return lambda rng, dt: (make(rng, dt)[0], dict(subscripts=subscripts))
+
+
+EINSUMS = [("ij,jk->ik", (3, 4), (4, 5)), ("ij,jk", (3, 4), (4, 2)), ("bij,jk->bki", (2, 3, 4), (4, 5)),
+           ("ii->i", (4, 4)), ("ii", (3, 3)), ("ij->", (3, 4)), ("ji", (3, 4)), ("...j,jk->...k", (2, 3, 4), (4, 5)),
+           ("i,i", (4,), (4,)), ("i,j->ij", (3,), (4,)), ("bij,bij->b", (2, 3, 4), (2, 3, 4)),
+           ("ij,jk,kl->il", (2, 3), (3, 4), (4, 2)), ("iij->j", (3, 3, 2)), ("bij,j->bi", (2, 3, 4), (4,)),
+           ("ij,ij->ij", (3, 4), (3, 4)), ("i...,i->...", (3, 2, 2), (3,)), ("ij,kj->ikj", (1, 4), (3, 4)),
+           ("ijk,ikl->ijl", (2, 3, 4), (2, 4, 5)), ("ii,ij->j", (3, 3), (3, 2))]
+CONTRACTIONS = [
+    ("matmul", "tensordot-1", lambda a, b: mj.tensordot(a, b, 1), lambda a, b: np.tensordot(a, b, 1),
+     operands_make((2, 3, 4), (4, 5))),
+    ("matmul", "tensordot-pairs", lambda a, b: mj.tensordot(a, b, ([1, 2], [0, 1])),
+     lambda a, b: np.tensordot(a, b, ([1, 2], [0, 1])), operands_make((2, 3, 4), (3, 4, 2))),
+    ("matmul", "tensordot-default", mj.tensordot, np.tensordot, operands_make((2, 3, 4), (3, 4, 2))),
+    ("matmul", "inner", mj.inner, np.inner, operands_make((2, 4), (3, 4))),
+    ("mul", "inner-scalar", mj.inner, np.inner, operands_make((), (3, 4))),
+    ("mul", "outer", mj.outer, np.outer, operands_make((3,), (2, 2))),
+    ("mul", "vdot", mj.vdot, np.vdot, operands_make((2, 3), (6,))),
+    ("mul", "kron", mj.kron, np.kron, operands_make((2, 3), (3, 2))),
+    ("mul", "kron-ranks", mj.kron, np.kron, operands_make((3,), (2, 2, 2))),
+    ("diagonal", "trace", lambda a: mj.add(np.trace(a), 0), lambda a: np.trace(a), operands_make((3, 4))),
+    ("diagonal", "trace-offset", lambda a: np.trace(a, 1, 1, 2), lambda a: np.trace(a, 1, 1, 2), operands_make((2, 3, 4))),
+    ("diagonal", "diagonal", lambda a: mj.diagonal(a, -1, 2, 0), lambda a: np.diagonal(a, -1, 2, 0),
+     operands_make((4, 2, 3))),
+    ("diagonal", "diag-matrix", lambda a: mj.diag(a, 1), lambda a: np.diag(a, 1), operands_make((3, 4))),
+    ("matmul", "diag-vector", lambda v: mj.diag(v, -2), lambda v: np.diag(v, -2), operands_make((3,))),
+    ("sum", "diag-int-vector", mj.diag, np.diag, operands_make((3,), integers=True)),
+    ("where", "tril", lambda a: mj.tril(a, -1), lambda a: np.tril(a, -1), operands_make((2, 3, 4))),
+    ("where", "triu", lambda a: mj.triu(a, 1), lambda a: np.triu(a, 1), operands_make((4, 3))),
+    ("mul", "einsum-int", lambda a, b: mj.einsum("ij,kj->ik", a, b), lambda a, b: np.einsum("ij,kj->ik", a, b),
+     operands_make((2, 3), (4, 3), integers=True)),
+]
+
+# Shapes (morphjit/numpy_shape.py): (op, name, function, reference, make); function returns one array.
+SHAPES = [
+    ("reshape", "atleast", lambda v, a: mj.concatenate([mj.ravel(mj.atleast_1d(v[0])), mj.ravel(mj.atleast_2d(v)),
+                                                        mj.ravel(mj.atleast_3d(a)), mj.ravel(mj.atleast_3d(v))]),
+     lambda v, a: np.concatenate([np.atleast_1d(v[0]).ravel(), np.atleast_2d(v).ravel(), np.atleast_3d(a).ravel(),
+                                  np.atleast_3d(v).ravel()]), operands_make((5,), (3, 4))),
+    ("concatenate", "hstack", lambda a: mj.hstack([a, a]), lambda a: np.hstack([a, a]), operands_make((3, 4))),
+    ("concatenate", "hstack-1d", lambda v: mj.hstack([v, v]), lambda v: np.hstack([v, v]), operands_make((5,))),
+    ("concatenate", "vstack", lambda a, v: mj.vstack([a, v]), lambda a, v: np.vstack([a, v]), operands_make((3, 4), (4,))),
+    ("concatenate", "dstack", lambda a: mj.dstack([a, a]), lambda a: np.dstack([a, a]), operands_make((3, 4))),
+    ("concatenate", "column_stack", lambda v, a: mj.column_stack([v, a]), lambda v, a: np.column_stack([v, a]),
+     operands_make((3,), (3, 2))),
+    ("slice", "split", lambda c: mj.split(c, 2, axis=-1)[1], lambda c: np.split(c, 2, axis=-1)[1],
+     operands_make((2, 3, 4))),
+    ("slice", "array_split", lambda v: mj.array_split(v, 3)[0] * mj.array_split(v, 3)[2][0],
+     lambda v: np.array_split(v, 3)[0] * np.array_split(v, 3)[2][0], operands_make((7,))),
+    ("slice", "split-indices", lambda a: mj.split(a, [1, -1], axis=1)[1], lambda a: np.split(a, [1, -1], axis=1)[1],
+     operands_make((3, 4))),
+    ("transpose", "moveaxis", lambda c: mj.moveaxis(c, [0, 1], [-1, 0]), lambda c: np.moveaxis(c, [0, 1], [-1, 0]),
+     operands_make((2, 3, 4))),
+    ("slice", "flip", mj.flip, np.flip, operands_make((2, 3, 4))),
+    ("slice", "flip-axis", lambda c: mj.flip(c, 1), lambda c: np.flip(c, 1), operands_make((2, 3, 4))),
+    ("slice", "fliplr-flipud", lambda a: mj.fliplr(a) * mj.flipud(a), lambda a: np.fliplr(a) * np.flipud(a),
+     operands_make((3, 3))),
+    ("concatenate", "roll", lambda c: mj.roll(c, (1, -2), axis=(0, 2)), lambda c: np.roll(c, (1, -2), axis=(0, 2)),
+     operands_make((2, 3, 4))),
+    ("concatenate", "roll-flat", lambda a: mj.roll(a, 3), lambda a: np.roll(a, 3), operands_make((3, 4))),
+    ("broadcast_to", "tile", lambda a: mj.tile(a, (2, 1, 3)), lambda a: np.tile(a, (2, 1, 3)), operands_make((3, 4))),
+    ("broadcast_to", "repeat", lambda a: mj.repeat(a, 2, axis=1), lambda a: np.repeat(a, 2, axis=1),
+     operands_make((3, 4))),
+    ("broadcast_to", "repeat-flat", lambda a: mj.repeat(a, 3), lambda a: np.repeat(a, 3), operands_make((2, 2))),
+    ("concatenate", "repeat-counts", lambda v: mj.repeat(v, [1, 0, 2, 3, 1]), lambda v: np.repeat(v, [1, 0, 2, 3, 1]),
+     operands_make((5,))),
+    ("concatenate", "pad-constant", lambda a: mj.pad(a, ((1, 2), (0, 3)), constant_values=5.0),
+     lambda a: np.pad(a, ((1, 2), (0, 3)), constant_values=5.0), operands_make((3, 4))),
+    ("concatenate", "pad-edge", lambda a: mj.pad(a, 2, mode="edge"), lambda a: np.pad(a, 2, mode="edge"),
+     operands_make((3, 4))),
+    ("concatenate", "pad-reflect", lambda a: mj.pad(a, ((2, 1), (3, 3)), mode="reflect"),
+     lambda a: np.pad(a, ((2, 1), (3, 3)), mode="reflect"), operands_make((3, 4))),
+    ("sub", "diff", lambda c: mj.diff(c, 2, axis=1), lambda c: np.diff(c, 2, axis=1), operands_make((2, 4, 3))),
+    ("broadcast_to", "broadcast_arrays", lambda v, a: mj.broadcast_arrays(v, a)[1],
+     lambda v, a: np.broadcast_arrays(v, a)[1], operands_make((4,), (3, 1))),
+    ("broadcast_to", "meshgrid", lambda x, y: mj.meshgrid(x, y)[0] - mj.meshgrid(x, y, indexing="ij")[1].T,
+     lambda x, y: np.meshgrid(x, y)[0] - np.meshgrid(x, y, indexing="ij")[1].T, operands_make((3,), (4,))),
+    ("reshape", "meshgrid-sparse", lambda x, y: mj.meshgrid(x, y, sparse=True)[1],
+     lambda x, y: np.meshgrid(x, y, sparse=True)[1], operands_make((3,), (4,))),
+    ("mul", "shape-ndim-size", lambda c: c * (mj.shape(c)[1] + mj.ndim(c) + mj.size(c) + mj.size(c, 2)),
+     lambda c: c * (np.shape(c)[1] + np.ndim(c) + np.size(c) + np.size(c, 2)), operands_make((2, 3, 4))),
+    ("stop_gradient", "stop_gradient", mj.stop_gradient, lambda x: x, unary("nonfinite")),
+]
+
+
 # Integer operands where NumPy keeps integers (divisors drawn away from zero).
 EXT_INTEGER = [
     ("floor", mj.floor, np.floor), ("ceil", mj.ceil, np.ceil), ("trunc", mj.trunc, np.trunc),
@@ -511,6 +607,14 @@ def _cases():
                       lambda x, axis, ref=ref: ref(x, axis=axis), scan_make(), tol=100))
         c.append(Case(op, f"{f.__name__}-int", lambda x, axis, f=f: f(x, axis=axis),
                       lambda x, axis, ref=ref: ref(x, axis=axis), scan_make(integers=True)))
+    for k, (subscripts, *shapes) in enumerate(EINSUMS):
+        op = "matmul" if "," in subscripts else {"ji": "transpose", "ii->i": "diagonal"}.get(subscripts, "sum")
+        c.append(Case(op, f"einsum-{k}",
+                      lambda *xs, subscripts: mj.einsum(subscripts, *xs),
+                      lambda *xs, subscripts: np.einsum(subscripts, *xs), einsum_make(subscripts, *shapes),
+                      tol=100))  # products of three operands cancel: rounding grows with their magnitude
+    for op, name, f, ref, make in CONTRACTIONS + SHAPES:
+        c.append(Case(op, name, f, ref, make))
     for op, f, ref in EXT_INTEGER:
         c.append(Case(op, f"{getattr(f, '__name__', 'fn')}-int-{len(c)}", f, ref, int_make))
     for op, f, ref in PREDICATES:
@@ -667,7 +771,7 @@ def test_eager_matches_numpy(case, dtype):
 # The table covers the op table and the public functions
 
 def test_every_op_has_a_case():
-    missing = sorted(set(OPS) - {c.op for c in CASES})
+    missing = sorted(set(OPS) - {c.op for c in CASES} - set(filter(is_user_op, OPS)))
     assert not missing, f"ops without a test case in tests/test_ops.py: {missing}"
 
 
@@ -714,7 +818,7 @@ LOWER_CASES = {
 
 
 def _lowered_ops():
-    return sorted(name for name, op in OPS.items() if getattr(op, "lower", None) is not None)
+    return sorted(name for name, op in OPS.items() if getattr(op, "lower", None) is not None and not is_user_op(name))
 
 
 def test_every_lowering_has_a_case():

@@ -87,6 +87,17 @@ NUMPY_CASES = {
     "scans-norms": lambda x, t: (np.cumsum(x), np.cumsum(t, axis=1), x.cumsum(axis=0), np.cumprod(x / 10, axis=-1),
                                  x.cumprod(), np.linalg.norm(x), np.linalg.norm(t, axis=(0, 2)), np.linalg.norm(x, 1),
                                  np.linalg.norm(x[0], np.inf)),
+    # morphjit/einsum.py
+    "contractions": lambda x, w, t: (np.einsum("ij,jk->ik", x, w), np.einsum("bij,jk", t, w.T), np.tensordot(t, w.T, 1),
+                                     np.inner(x, x), np.outer(x[0], w), np.vdot(x, x), np.kron(x, w), np.trace(x),
+                                     np.diag(x), np.diag(x[0], 1), np.diagonal(t, 0, 0, 2), np.tril(x), np.triu(t, -1)),
+    # morphjit/numpy_shape.py
+    "shapes": lambda x, t, b: (np.atleast_1d(b), np.atleast_2d(b), np.atleast_3d(x), np.hstack([x, x]), np.vstack([x, x]),
+                               np.dstack([x, x]), np.column_stack([b, b]), np.split(t, 1, axis=1)[0],
+                               np.array_split(b, 2)[0], np.moveaxis(t, 0, -1), np.flip(t), np.fliplr(x), np.flipud(x),
+                               np.roll(t, 1, axis=2), np.tile(b, 2), np.repeat(x, 2, axis=0), np.pad(x, 1),
+                               np.diff(t, axis=1), np.broadcast_arrays(b, x[:, :1])[0], np.meshgrid(b, b)[0],
+                               np.shape(x)[0] * x, np.ndim(x) * x, np.size(x) * x),
     # functions
     "sum": lambda x, t: (np.sum(x), np.sum(x, axis=1), np.sum(t, axis=(0, 2)), np.sum(x, axis=-1, keepdims=True)),
     "mean": lambda x, t: (np.mean(x), np.mean(t, axis=1), np.mean(x, axis=0, keepdims=True)),
