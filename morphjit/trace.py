@@ -120,6 +120,12 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
+        library_function = scipy_caller()
+        if library_function is not None:
+            module, name = library_function
+            hint = f"; use mj.{name}, which traces" if hasattr(A, name) else ""
+            raise UnsupportedError(f"{module}.{name} does not trace: it converts its argument with "
+                                   f"np.asarray{hint}", user_location())
         raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
                                    "use the traced value with NumPy functions directly")
 
@@ -200,6 +206,17 @@ class Tracer:
     cumsum = lambda self, *args, **kwargs: np.cumsum(self, *args, **kwargs)
     cumprod = lambda self, *args, **kwargs: np.cumprod(self, *args, **kwargs)
     round = lambda self, decimals=0: np.round(self, decimals)
+
+
+def scipy_caller():
+    """The public module and name of the outermost SciPy function on the stack, if any."""
+    frame, found = inspect.currentframe(), None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("scipy."):
+            found = (module.split("._")[0], frame.f_code.co_name)
+        frame = frame.f_back
+    return found
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
