@@ -257,3 +257,21 @@ def test_new_views_fuse_like_the_existing_ones(view, plain):
 def test_scipy_functions_that_convert_with_asarray_point_to_mj(name):
     with pytest.raises(mj.UnsupportedError, match=rf"scipy\.special\.{name} does not trace.*mj\.{name}"):
         mj.trace(lambda x: getattr(sp, name)(x), np.ones(3))
+
+
+def test_new_functions_compile_once_for_every_batch_size():
+    def loss(w, x, y):
+        s = np.einsum("bi,ij->bj", x, w)
+        return (np.mean(sp.log_expit(s) * np.flip(s, 1)) + np.mean(np.cumsum(s, axis=1))
+                + np.mean(np.argmax(s, axis=1) == y) + np.mean(np.tile(s, (1, 2))) + np.mean(np.repeat(s, 2, axis=1))
+                + np.mean(np.einsum("bi,bj->b", x, np.tanh(s) @ w.T)) + np.mean(np.pad(s, ((0, 0), (1, 1)))))
+
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(4, 3))
+    step, reference = mj.compile_loss(loss), mj.compile_loss(loss, backend="interp")
+    for n in (5, 9):
+        x, y = rng.normal(size=(n, 4)), rng.integers(0, 3, n)
+        (value, grad), (ref_value, ref_grad) = step(w, x, y), reference(w, x, y)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-14)
+    assert step.cache_info().misses == 1
