@@ -433,10 +433,15 @@ class AutogradNS:
 
 
 class NumpyNS:
-    """Plain NumPy (with SciPy-free implementations of the composites)."""
+    """Plain NumPy (with SciPy-free implementations of the composites; SciPy's special functions)."""
 
     def __getattr__(self, name):
-        return getattr(np, name)
+        import scipy.special
+        return getattr(np, name) if hasattr(np, name) else getattr(scipy.special, name)
+
+    @staticmethod
+    def stop_gradient(x):
+        return x
 
     @staticmethod
     def relu(x):
