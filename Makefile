@@ -2,6 +2,8 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# PyTensor pins an older numba; it runs from a venv of its own (see perf/impls.py: interpreter).
+PYTENSOR_VENV := .venv-pytensor
 
 .PHONY: demo test bench clean
 
@@ -23,6 +25,12 @@ $(VENV)/.installed-bench: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install --quiet -e '.[bench]'
 	touch $@
 
+$(PYTENSOR_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(PYTENSOR_VENV)
+	$(PYTENSOR_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PYTENSOR_VENV)/bin/python -m pip install --quiet -e '.[bench-pytensor]'
+	touch $@
+
 # The other scripts in examples/ run the same way: $(PY) examples/NAME.py
 demo: $(VENV)/.installed-examples
 	$(PY) examples/mlp_digits.py
@@ -31,8 +39,8 @@ test: $(VENV)/.installed-test
 	$(PY) -m pytest -q
 
 # BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only tiny,small"`; see python -m perf.bench --help
-bench: $(VENV)/.installed-bench
-	$(PY) -m perf.bench $(BENCH_ARGS)
+bench: $(VENV)/.installed-bench $(PYTENSOR_VENV)/.installed
+	MORPHJIT_BENCH_PYTENSOR_PYTHON=$(abspath $(PYTENSOR_VENV))/bin/python $(PY) -m perf.bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(PYTENSOR_VENV) build *.egg-info

@@ -29,7 +29,7 @@ from .numpy_shape import (
     tile, vstack,
 )
 from .custom import custom_vjp, stop_gradient
-from .cache import cache_info, clear_cache
+from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
@@ -39,3 +39,11 @@ from .train import TrainStep, train_step
 from . import optim
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    """``mj.dask`` is imported on first use, so ``import morphjit`` does not import Dask."""
+    if name == "dask":
+        import importlib
+        return importlib.import_module(".dask", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,9 @@ from .plan import Plan
 from .source import Source
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
-# reductions (4-12x on sums), `contract` allows fused multiply-add.
-FASTMATH = {"nsz", "arcp", "contract", "afn", "reassoc"}
+# reductions (4-12x on sums), `contract` allows fused multiply-add. No `nsz` either: with
+# `reassoc` it licenses cancelling `x - x`, `x + -x` and `(x + y) - y`, which drops a NaN or inf.
+FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
 
 
@@ -274,6 +275,7 @@ class StepWriter(Writer):
         out.line("import math")
         out.line("import numpy as np")
         out.line("import numba")
+        out.line("from morphjit import vecmath as vm")
         calls = self.helpers()
         out.line("")
         out.line("")
@@ -295,6 +297,8 @@ class StepWriter(Writer):
         outputs = {id(v): v for v in self.plan.outputs}
         for key, src in self.plan.written_over.items():
             names.same_as(outputs[key], src)
+        for v, first in same_views(self.plan):
+            names.same_as(v, first)
 
     def helpers(self) -> dict[int, tuple[str, list[Var]]]:
         """Emit one function per loop nest text that occurs twice or more; the calls to make."""
@@ -322,6 +326,17 @@ class StepWriter(Writer):
                     self.out.block(text)
             calls[key] = (names[text], params)
         return calls
+
+
+def same_views(plan: Plan):
+    """Pooled values that are one view of one slot (same slot and type), each with the first such
+    value. Named alike, a loop writing in place reads and writes one array in LLVM's eyes, not two
+    whose overlap it checks at run time (the check fails, and the scalar loop runs)."""
+    first: dict = {}
+    for ins in plan.instructions:
+        for v in ins.outs:
+            if id(v) in plan.slot_of and first.setdefault((plan.slot_of[id(v)], v.type), v) is not v:
+                yield v, first[(plan.slot_of[id(v)], v.type)]
 
 
 def render(plan: Plan) -> tuple[str, list[Var]]:

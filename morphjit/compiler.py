@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
@@ -11,7 +13,7 @@ import numpy as np
 from . import cache as disk_cache
 from . import codegen, feedback, interp, passes, pytree
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError
-from .ir import Program, Specialize, is_float
+from .ir import Program, Specialize, batch_size, evaluate, is_float
 from .lower import lower
 from .plan import make_plan
 from .runtime import NativeStep, fast_call
@@ -49,10 +51,37 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     for child in treedef.children:
         ranges.append(range(start, start + child.num_leaves))
         start += child.num_leaves
+    names = argument_names(fn, len(args))
+    for i in argnums_t:
+        sequences = number_sequences(args[i], names[i])
+        if sequences:
+            path, kind = sequences[0]
+            raise DtypeError(f"{path} is differentiated but is a Python {kind} of numbers; differentiated "
+                             f"arguments must hold float32 or float64 NumPy arrays: pass np.asarray({path})")
     wrt = tuple(j for i in argnums_t for j in ranges[i])
+    for leaf, path in zip(leaves, paths):
+        check_plain(leaf, path)
     for j in wrt:
         check_differentiable(leaves[j], paths[j])
     return ArgSpec(treedef, argnums_t, wrt), leaves
+
+
+def number_sequences(tree, path: str) -> list[tuple[str, str]]:
+    """The paths (and kinds) of the lists and tuples in ``tree`` that hold only numbers, nested
+    or not: arrays written as Python sequences, whose numbers would be leaves of their own."""
+    if type(tree) in (list, tuple) and is_numbers(tree):
+        return [(path, type(tree).__name__)]
+    if type(tree) is dict:
+        return [found for k in sorted(tree) for found in number_sequences(tree[k], f"{path}[{k!r}]")]
+    if type(tree) in (list, tuple):
+        return [found for k, child in enumerate(tree) for found in number_sequences(child, f"{path}[{k}]")]
+    return []
+
+
+def is_numbers(x) -> bool:
+    if type(x) in (list, tuple):
+        return len(x) > 0 and all(map(is_numbers, x))
+    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
 
 
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
@@ -62,6 +91,30 @@ def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
             raise TracingError(f"argnums={argnums!r} does not fit a call with {nargs} positional "
                                f"argument{'s' if nargs != 1 else ''}")
     return tuple(n % nargs for n in nums)
+
+
+# ndarray subclasses that hold plain data, taken as arrays. Any other subclass is refused: the
+# compiled step would see its data only (a masked array's mask, np.matrix's `*`, units).
+PLAIN_SUBCLASSES = (np.memmap,)
+
+
+def is_plain_array(x) -> bool:
+    return type(x) is np.ndarray or isinstance(x, PLAIN_SUBCLASSES)
+
+
+def check_plain(leaf, path: str) -> None:
+    """Refuse an ndarray subclass whose meaning the step would lose, saying what to pass instead."""
+    if not isinstance(leaf, np.ndarray) or is_plain_array(leaf):
+        return
+    kind = f"{type(leaf).__module__}.{type(leaf).__qualname__}"
+    if isinstance(leaf, np.ma.MaskedArray):
+        hint = (f"its mask would be ignored; pass {path}.filled(value), or np.asarray({path}) and "
+                f"the mask as a data argument (mj.where(mask, ..., 0.0))")
+    elif isinstance(leaf, np.matrix):
+        hint = f"`*` and `**` would not mean what they mean for a matrix; pass np.asarray({path})"
+    else:
+        hint = f"only its data would be used; pass np.asarray({path}) if that is what you mean"
+    raise DtypeError(f"{path} is a {kind}: {hint}")
 
 
 def check_differentiable(leaf, path: str) -> None:
@@ -77,7 +130,16 @@ def check_differentiable(leaf, path: str) -> None:
 def trace_loss(fn, args, spec: ArgSpec, batched=frozenset()) -> Program:
     """The forward program of ``fn``, checked to return one float scalar; the leading extent of
     the leaves in ``batched`` is the symbolic batch size."""
-    program, out_tree = trace_with_tree(fn, args, batched)
+    try:
+        program, out_tree = trace_with_tree(fn, args, batched)
+    except TracingError as error:
+        sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
+                     for found in number_sequences(arg, name)]
+        if not sequences:
+            raise
+        path, kind = sequences[0]
+        raise TracingError(f"{error.message}. Note: {path} is a Python {kind}, whose numbers are traced "
+                           f"one by one; to use it as an array, pass np.asarray({path})", error.loc) from None
     if out_tree.num_leaves != 1:
         raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
                            f"({out_tree.num_leaves} arrays)")
@@ -105,13 +167,39 @@ def compile_plan(joint: Program, timings=feedback.NO_TIMINGS):
         return make_plan(passes.optimize(lower(joint)))
 
 
-def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS) -> tuple[NativeStep, str]:
-    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry."""
+def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS, n_scalars=0) -> tuple[NativeStep, str]:
+    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry;
+    the last ``n_scalars`` inputs are run-time scalars."""
     with timings.stage("codegen"):
         source, arguments = codegen.render(plan)
     with timings.stage("load"):
-        module = disk_cache.load_module(source, name_hint=hint, cache=cache)
-    return NativeStep(plan, getattr(module, codegen.ENTRY), arguments), source
+        kernel = load_kernel(source, hint, cache)
+    return NativeStep(plan, kernel, arguments, n_scalars), source
+
+
+RECENT_KERNELS = 16   # disk-cached kernels kept in memory after the last step calling them is gone
+_recent_kernels: OrderedDict = OrderedDict()   # (source, hint) -> dispatcher, the last used at the end
+_recent_lock = threading.Lock()
+
+
+def load_kernel(source: str, hint: str, cache: bool):
+    """The entry dispatcher of the module ``source``. With ``cache``, one of the `RECENT_KERNELS`
+    loaded last is reused with its machine code (a re-run notebook cell starts at once); the others
+    are released with the last step that calls them, and come back from the disk cache."""
+    key = (source, hint)
+    if cache:
+        with _recent_lock:
+            kernel = _recent_kernels.get(key)
+            if kernel is not None:
+                _recent_kernels.move_to_end(key)
+                return kernel
+    kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
+    if cache:
+        with _recent_lock:
+            _recent_kernels[key] = kernel
+            while len(_recent_kernels) > RECENT_KERNELS:
+                _recent_kernels.popitem(last=False)
+    return kernel
 
 
 def name_hint(fn) -> str:
@@ -127,9 +215,11 @@ def data_arrays(leaves, wrt) -> list[int]:
 
 def batched_leaves(leaves, wrt) -> frozenset[int]:
     """The data leaves whose leading extent is the batch size: that of the first data array.
-    A data array with another leading extent keeps it concrete."""
+    A data array with another leading extent keeps it concrete. A batch of one is traced with
+    concrete shapes: NumPy gives an extent of 1 a meaning of its own (``squeeze()`` drops it,
+    broadcasting stretches it), which a symbolic batch size, taken to be another, would lose."""
     data = data_arrays(leaves, wrt)
-    if not data:
+    if not data or leaves[data[0]].shape[0] == 1:
         return frozenset()
     batch = leaves[data[0]].shape[0]
     return frozenset(k for k in data if leaves[k].shape[0] == batch)
@@ -196,9 +286,13 @@ def grad_program(fn, *args, argnums=0) -> Program:
 # The decorator
 
 def leaf_signature(leaf):
-    """What a compiled step depends on in an argument leaf: shape and dtype, or the scalar type."""
-    if isinstance(leaf, (np.ndarray, np.generic)):
+    """What a compiled step depends on in an argument leaf: shape and dtype, or the scalar type.
+    An ndarray subclass that is refused has a signature of its own, so it is never served by the
+    step of a plain array (``arg_spec`` refuses it)."""
+    if isinstance(leaf, np.generic) or is_plain_array(leaf):
         return leaf.shape, leaf.dtype
+    if isinstance(leaf, np.ndarray):
+        return type(leaf), leaf.shape, leaf.dtype
     return type(leaf)
 
 
@@ -240,22 +334,70 @@ class Step:
             np.copyto(target, value)
         return outputs[0]
 
-    def check_out(self, out, single: bool, leaves) -> list:
-        """The arrays of an ``out=`` tree, checked against the gradients they will receive."""
+    def check_out(self, out, single: bool, leaves, leaf_paths) -> list:
+        """The arrays of an ``out=`` tree, checked against the gradients they will receive and
+        against the call's arguments (``leaves``, named by ``leaf_paths``) and each other: an
+        array written while arguments or other gradients are still being read must not share
+        memory with them."""
         arrays, treedef = pytree.flatten(out)
         children = tuple(self.spec.arg_treedef(i) for i in self.spec.argnums)
         expected = children[0] if single else pytree.TreeDef(tuple, (), children)
         if treedef != expected:
             raise TracingError(f"out= must have the structure of the gradients, {expected}; got {treedef}")
         paths = pytree.leaf_paths(treedef, "out")
-        inputs = {id(x) for x in leaves}
-        for path, array, v in zip(paths, arrays, self.program.outputs[1:]):
-            if not (isinstance(array, np.ndarray) and array.shape == v.shape and array.dtype == v.dtype
+        for k, (path, array, v) in enumerate(zip(paths, arrays, self.program.outputs[1:])):
+            if not (is_plain_array(array) and array.shape == v.shape and array.dtype == v.dtype
                     and array.flags.c_contiguous and array.flags.writeable):
-                raise DtypeError(f"{path} must be a writeable C-contiguous {v.dtype} array of shape {v.shape}")
-            if id(array) in inputs:
-                raise TracingError(f"{path} is also an argument of the call; gradients cannot overwrite inputs")
+                got = (f"a {type(array).__name__} of {array.dtype} and shape {array.shape}"
+                       if isinstance(array, np.ndarray) else f"a {type(array).__name__}")
+                raise DtypeError(f"{path} must be a writeable C-contiguous {v.dtype} array of shape {v.shape} "
+                                 f"(a NumPy ndarray, not a subclass), got {got}")
+            argument = sharing_memory(array, leaf_paths, leaves)
+            if argument is not None:
+                raise TracingError(f"{path} shares memory with {argument}, an argument of the call; "
+                                   f"gradients cannot overwrite inputs (pass an array of its own)")
+            other = sharing_memory(array, paths[:k], arrays[:k])
+            if other is not None:
+                raise TracingError(f"{path} shares memory with {other}; each gradient needs an array of its own")
         return arrays
+
+
+def label_error(program: Program, paths, leaves) -> ValueError | None:
+    """The error for the first argument that ``program`` reads as class labels (of ``one_hot``
+    or ``softmax_cross_entropy``) and that holds a label outside ``[0, classes)``: its path, the
+    first offending value and its index. ``leaves`` (named by ``paths``) are the program's
+    first inputs."""
+    inputs = program.inputs[:len(leaves)]
+    position = {id(v): k for k, v in enumerate(inputs)}
+    for b in program.bindings:
+        if b.op == "one_hot":
+            labels, classes = b.inputs[0], b.kwargs["depth"]
+        elif b.op == "softmax_cross_entropy" and b.inputs[1].dtype.kind in "iu":
+            labels, classes = b.inputs[1], evaluate(b.inputs[0].shape[-1], batch_size(inputs, leaves))
+        else:
+            continue
+        k = position.get(id(labels))
+        values = np.asarray(leaves[k]) if k is not None else None
+        outside = None if values is None else np.flatnonzero((values < 0) | (values >= classes))
+        if outside is not None and outside.size:
+            index = "".join(f"[{i}]" for i in np.unravel_index(outside[0], values.shape))
+            return ValueError(f"{paths[k]}{index} is {values.flat[outside[0]]}, but class labels must lie "
+                              f"in [0, {classes}) ({outside.size} of the {values.size} labels are outside)")
+    return None
+
+
+def run_reference(program: Program, paths, *leaves) -> list[np.ndarray]:
+    """The reference executor, refusing out-of-range class labels as the compiled step does."""
+    error = label_error(program, paths, leaves)
+    if error is not None:
+        raise error
+    return interp.run(program, *leaves)
+
+
+def sharing_memory(x: np.ndarray, paths, arrays) -> str | None:
+    """The path of the first of ``arrays`` whose elements share memory with ``x``, if any."""
+    return next((path for path, a in zip(paths, arrays)
+                 if isinstance(a, np.ndarray) and np.may_share_memory(x, a) and np.shares_memory(x, a)), None)
 
 
 class CompiledLoss:
@@ -271,6 +413,7 @@ class CompiledLoss:
         self._shapes = StepsByShape(static_shapes)
         self._hits = self._misses = 0
         self._fast = None  # the generated fast path of the signature called last
+        self._compiling = threading.RLock()   # held while a new signature is traced and compiled
 
     def __call__(self, *args, out=None, **kwargs):
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
@@ -280,17 +423,30 @@ class CompiledLoss:
         if kwargs:
             args = self._positional(args, kwargs)
         if self._fast is not None:
-            result = self._fast(args, out)
+            try:
+                result = self._fast(args, out)
+            except ValueError as error:
+                raise self._explained(error, args) from None
             if result is not None:
                 self._hits += 1
                 return result
         step, leaves = self._step(args)
         self._fast = step.fast
-        if out is not None:
-            return step.run_into(leaves, step.check_out(out, self._single, leaves))[()], out
-        outputs = step.run(*leaves)
+        paths = argument_paths(self.fn, step.spec.treedef)
+        try:
+            if out is not None:
+                return step.run_into(leaves, step.check_out(out, self._single, leaves, paths))[()], out
+            outputs = step.run(*leaves)
+        except ValueError as error:
+            raise label_error(step.program, paths, leaves) or error from None
         trees = step.gradient_trees(outputs[1:])
         return outputs[0][()], trees[0] if self._single else tuple(trees)
+
+    def _explained(self, error: ValueError, args) -> ValueError:
+        """``error``, raised by a step, or the failed class-label check it stands for with the
+        argument, the value and its index."""
+        step, leaves = self._step(args, count=False)
+        return label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error
 
     def _positional(self, args, kwargs) -> tuple:
         try:
@@ -309,12 +465,17 @@ class CompiledLoss:
         step = self._steps.get(key)
         if step is None:
             __tracebackhide__ = True  # noqa: F841
-            try:
-                step = self._steps[key] = self._step_of_shapes(args, leaves, count)
-            except BaseException as error:
-                raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
-        else:
-            self._hits += count
+            # One thread traces and compiles a new signature; others calling with it meanwhile
+            # wait for that step instead of compiling their own.
+            with self._compiling:
+                step = self._steps.get(key)
+                if step is None:
+                    try:
+                        step = self._steps[key] = self._step_of_shapes(args, leaves, count)
+                    except BaseException as error:
+                        raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
+                    return step, leaves
+        self._hits += count
         return step, leaves
 
     def _step_of_shapes(self, args, leaves, count) -> Step:
@@ -347,7 +508,8 @@ class CompiledLoss:
             forward = trace_loss(self.fn, args, spec, batched)
         program = joint_program(forward, spec.wrt, timings)
         if self.backend == "interp":
-            return Step(spec, program, functools.partial(interp.run, program), forward=forward, timings=timings)
+            run = functools.partial(run_reference, program, argument_paths(self.fn, spec.treedef))
+            return Step(spec, program, run, forward=forward, timings=timings)
         plan = compile_plan(program, timings)
         native, source = native_step(plan, name_hint(self.fn), self.cache, timings)
         feedback.watch_first_call(native, timings, status)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import cache as disk_cache
-from . import feedback
+from . import feedback, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
@@ -59,6 +59,7 @@ class Explanation:
     groups: list[FusionGroup] = field(default_factory=list)
     source: str | None = None
     module_file: str | None = None
+    vector_math: str | None = None   # which transcendental calls vectorised (vecmath.describe)
 
     # -- numbers
 
@@ -92,6 +93,7 @@ class Explanation:
                                       f"(naive plan: {self.naive_buffers} buffers, {_bytes(self.naive_bytes)})"))
             rows.append(("machine code", feedback.ORIGIN_TEXT.get(self.origin, "not compiled yet")))
             rows.append(("cache entry", self.module_file or "none (compiled in memory only)"))
+            rows.append(("vector math", self.vector_math or "not inspected"))
         else:
             rows.append(("programs", f"forward {len(self.forward.bindings)} bindings, "
                                      f"joint {len(self.joint.bindings)} bindings"))
@@ -334,6 +336,7 @@ def explain(compiled, args) -> Explanation:
         report.groups = fusion_groups(step.plan)
         report.source = step.source
         report.module_file = module_file(native)
+        report.vector_math = vecmath.describe(native.kernel)
     return report
 
 

@@ -54,6 +54,8 @@ class Fusion:
         # Reshapes that become free views of their operand's (contiguous) buffer.
         self.aliases = {id(b.out) for b in program.bindings if regroups_axes(b)}
         self.roots |= {id(b.out) for b in program.bindings if OPS[b.op].kind in KERNELS} | self.aliases
+        # Class labels get a buffer, which the plan range-checks before a one-hot reads it.
+        self.roots |= {id(b.inputs[0]) for b in program.bindings if b.op == "one_hot"}
         while self._grow_roots():
             pass
 

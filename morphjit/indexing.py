@@ -34,6 +34,13 @@ class IndexMap:
     def is_identity(self) -> bool:
         return len(self.coeffs) == self.loop_ndim and self == IndexMap.identity(self.loop_ndim)
 
+    def is_identity_on(self, domain) -> bool:
+        """Whether every index of ``domain`` is sent to itself: like ``is_identity``, except that
+        an axis of extent 1 (which a broadcast reads at 0, coefficient 0) counts as its own."""
+        unit = [d == 1 for d in domain]
+        return len(self.coeffs) == len(domain) == self.loop_ndim and not any(self.offsets) and all(
+            c == int(j == k) or (j == k and unit[k]) for k, row in enumerate(self.coeffs) for j, c in enumerate(row))
+
     def render(self, loop_vars: list[str]) -> list[str]:
         return [_affine(o, row, loop_vars) for o, row in zip(self.offsets, self.coeffs)]
 

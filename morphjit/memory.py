@@ -83,18 +83,19 @@ def in_place_donor(ins, out: Var, dying: list[Var], plan) -> Var | None:
 def write_in_place(plan, pairs) -> None:
     """Let each ``(input, output)`` pair share memory (a parameter updated in place), after
     checking that the output is written by a loop nest (or a part of a row nest) that reads the
-    input only there and only at the element it writes, and that nothing later reads the input."""
+    input only at the element it writes (earlier parts of a row nest: only in the same row), and
+    that nothing later reads the input."""
     for src, dst in pairs:
         writer = next(t for t, ins in enumerate(plan.instructions) if dst in ins.outs)
         ins = plan.instructions[writer]
         later = [plan.buffer_of(v) for i in plan.instructions[writer + 1:] for v in i.reads()]
         parts = ins.nests()
-        safe = any(all(s.out_map.is_identity() for s in part.stores if s.out is dst)
-                   and dst in part.outs and all(x.imap.is_identity() for x in part.loads()
-                                                if plan.buffer_of(x.var) is src)
-                   and not any(plan.buffer_of(x.var) is src for other in parts if other is not part
-                               for x in other.loads())
-                   for part in parts)
+        p = len(ins.prefix) if isinstance(ins, RowNest) else 0
+        reads = [(k, x) for k, part in enumerate(parts) for x in part.loads() if plan.buffer_of(x.var) is src]
+        safe = any(all(s.out_map.is_identity() for s in part.stores if s.out is dst) and dst in part.outs
+                   and all(x.imap.is_identity_on(part.domain) if k == w else k < w and same_row(x.imap, p)
+                           for k, x in reads)
+                   for w, part in enumerate(parts))
         if any(v is src for v in later) or not safe:
             raise AssertionError(f"the plan cannot update {src} in place:\n{plan}")
         plan.written_over[id(dst)] = src

@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 import scipy.special
 
+from . import vecmath
 from .errors import DtypeError, ShapeError
 from .indexing import (IndexMap, broadcast_map, is_unit_reshape, slice_map, transpose_map,
                        unit_reshape_map)
@@ -161,11 +162,11 @@ def predicate(name, impl, scalar):
 
 elementwise("neg", np.negative, lambda K, x: f"(-{x})",
             lambda g, ans, x: (-g,), kinds=NUMERIC)
-elementwise("exp", np.exp, lambda K, x: f"np.exp({x})",
+elementwise("exp", np.exp, lambda K, x: vecmath.call("exp", x),
             lambda g, ans, x: (g * ans,), cost=EXPENSIVE)
-elementwise("log", np.log, lambda K, x: f"np.log({x})",
+elementwise("log", np.log, lambda K, x: vecmath.call("log", x),
             lambda g, ans, x: (g / x,), cost=EXPENSIVE)
-elementwise("log1p", np.log1p, lambda K, x: f"np.log1p({x})",
+elementwise("log1p", np.log1p, lambda K, x: vecmath.call("log1p", x),
             lambda g, ans, x: (g / (x + 1.0),), cost=EXPENSIVE)
 elementwise("sqrt", np.sqrt, lambda K, x: f"np.sqrt({x})",
             lambda g, ans, x: (g * 0.5 / ans,), cost=EXPENSIVE)
@@ -173,9 +174,9 @@ elementwise("abs", np.abs, lambda K, x: f"abs({x})",
             lambda g, ans, x: (g * A.sign(x),), kinds=NUMERIC)
 elementwise("sign", np.sign, lambda K, x: f"({K(1)} if {x} > {K(0)} else ({K(-1)} if {x} < {K(0)} else {x}))",
             lambda g, ans, x: (None,), kinds=NUMERIC)
-elementwise("sin", np.sin, lambda K, x: f"np.sin({x})",
+elementwise("sin", np.sin, lambda K, x: vecmath.call("sin", x),
             lambda g, ans, x: (g * A.cos(x),), cost=EXPENSIVE)
-elementwise("cos", np.cos, lambda K, x: f"np.cos({x})",
+elementwise("cos", np.cos, lambda K, x: vecmath.call("cos", x),
             lambda g, ans, x: (-g * A.sin(x),), cost=EXPENSIVE)
 # float32 tanh: x * P(x^2) / Q(x^2) evaluated in float64, +-1 beyond |x| >= 9 (where float32 tanh
 # rounds to 1). Plain arithmetic, so loops over it vectorise, unlike the C library's tanhf; within
@@ -195,7 +196,7 @@ def _horner(coefficients, s: str) -> str:
 
 def _tanh_template(K, x: str) -> str:
     if K.dtype != np.float32:
-        return f"np.tanh({x})"
+        return vecmath.call("tanh", x)
     v = f"np.float64({x})"
     s = f"({v} * {v})"
     return (f"(np.float32(np.copysign(np.float64(1.0), {v})) if abs({v}) >= np.float64({TANH_LIMIT!r}) "
@@ -205,7 +206,7 @@ def _tanh_template(K, x: str) -> str:
 elementwise("tanh", np.tanh, _tanh_template,
             lambda g, ans, x: (g * (1.0 - ans * ans),), cost=EXPENSIVE)
 elementwise("sigmoid", scipy.special.expit,
-      lambda K, x: f"({K(1)} / ({K(1)} + np.exp(-{x})))",
+      lambda K, x: f"({K(1)} / ({K(1)} + {vecmath.call('exp', f'-{x}')}))",
             lambda g, ans, x: (g * ans * (1.0 - ans),), cost=EXPENSIVE)
 elementwise("relu", lambda x: np.where(x < 0, np.zeros_like(x), x),
       lambda K, x: f"({K(0)} if {x} < {K(0)} else {x})",
@@ -226,7 +227,7 @@ elementwise("mul", np.multiply, lambda K, a, b: f"({a} * {b})",
             lambda g, ans, a, b: (g * b, g * a), kinds=NUMERIC)
 elementwise("div", np.divide, lambda K, a, b: f"({a} / {b})",
             lambda g, ans, a, b: (g / b, -g * ans / b), cost=EXPENSIVE)
-elementwise("pow", np.power, lambda K, a, b: f"({a} ** {b})",
+elementwise("pow", np.power, lambda K, a, b: vecmath.call("pow", a, b),
             lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))), cost=EXPENSIVE)
 elementwise("maximum", np.maximum, lambda K, a, b: f"({a} if ({a} > {b} or {a} != {a}) else {b})",
             lambda g, ans, a, b: _tie_split(g, a > b, a == b), kinds=NUMERIC)

@@ -13,6 +13,7 @@ the decoupled decay) and ``RMSprop``.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable
 
 from . import array_api as A
@@ -36,8 +37,15 @@ class Optimizer:
         self.lr = lr
         self.hyper = hyper
 
-    def learning_rate(self, step: int) -> float:
-        lr = self.lr(step) if callable(self.lr) else self.lr
+    def learning_rate(self, step: int, lr=None) -> float:
+        """The learning rate of ``step``: ``lr`` when given (a per-call override), else the
+        optimiser's or its schedule's, checked to be a finite number >= 0."""
+        if lr is None and callable(self.lr):
+            lr = self.lr(step)
+            check_nonnegative(f"the learning-rate schedule's lr({step})", lr)
+        else:
+            lr = self.lr if lr is None else lr
+            check_nonnegative("lr", lr)
         return float(lr)
 
     def scalars(self, step: int, lr: float) -> tuple[float, ...]:
@@ -56,7 +64,8 @@ class Optimizer:
 
 
 def check_nonnegative(name: str, value) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 or math.isinf(value):
+    """``value`` is a real number (a Python or NumPy int or float, not a bool), finite and >= 0."""
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or not value >= 0 or math.isinf(value):
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
 
 

@@ -67,17 +67,23 @@ def make_plan(program: Program) -> Plan:
     selector = Selector(program)
     instructions = selector.instructions()
     outputs, copies = private_outputs(program, selector.fusion.aliases)
-    plan = Plan(program, program.inputs, program.consts, outputs, label_checks(program) + instructions + copies)
+    plan = Plan(program, program.inputs, program.consts, outputs, with_label_checks(program, instructions) + copies)
     assign_slots(plan)
     return plan
 
 
-def label_checks(program: Program) -> list[LabelCheck]:
-    """A range check of each input that one-hot reads as class labels."""
-    inputs = {id(v) for v in program.inputs}
-    wanted = {(id(b.inputs[0]), b.kwargs["depth"]): b.inputs[0] for b in program.bindings
-              if b.op == "one_hot" and id(b.inputs[0]) in inputs}
-    return [LabelCheck(labels, depth) for (_, depth), labels in wanted.items()]
+def with_label_checks(program: Program, instructions: list) -> list:
+    """``instructions`` with a range check of the class labels of each one-hot: first for labels
+    that are inputs, else right after the instruction that writes them (fusion gives them a
+    buffer), so before any instruction reads them."""
+    wanted = {(id(b.inputs[0]), b.kwargs["depth"]): b.inputs[0] for b in program.bindings if b.op == "one_hot"}
+    checks = [LabelCheck(labels, depth) for (_, depth), labels in wanted.items()]
+    written = {id(v) for ins in instructions for v in ins.outs}
+    result = [c for c in checks if id(c.labels) not in written]
+    for ins in instructions:
+        outs = {id(v) for v in ins.outs}
+        result += [ins] + [c for c in checks if id(c.labels) in outs]
+    return result
 
 
 def private_outputs(program: Program, aliases: set[int]) -> tuple[tuple[Var, ...], list]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -11,59 +11,56 @@ from .ir import evaluate, is_symbolic
 from .plan import Plan
 
 
+VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
+
+
 class NativeStep:
     """Calls a compiled step: inputs in, fresh outputs back.
 
-    The workspace pool is allocated once, or, for a step whose data have a symbolic batch size,
-    once per larger batch size seen (a smaller batch uses views of the same pool). Calls from
-    several threads take turns: they would share the pool.
+    A call borrows a workspace (the buffer pool, see `Workspace`) that no other call is using:
+    an idle one, else a new one, and gives it back when the step returned. Calls from several
+    threads therefore run in parallel (the machine code releases the GIL), each with its own
+    workspace, and there is no lock: a call interrupted (Ctrl-C) anywhere merely drops the
+    workspace it borrowed. A step keeps as many workspaces as it ever had calls running at once.
     """
 
-    def __init__(self, plan: Plan, kernel, arguments):
+    def __init__(self, plan: Plan, kernel, arguments, n_scalars: int = 0):
         self.kernel = kernel
-        self.lock = threading.Lock()
         self.slots = plan.slots
         self.consts = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
         n_in, n_out = len(plan.inputs), len(plan.outputs)
-        self.workspace = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
+        self.workspace_values = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
         self.input_dtypes = [v.dtype for v in plan.inputs]
+        self.scalar_dtypes = self.input_dtypes[n_in - n_scalars:n_in]   # run-time scalars, the last inputs
         assert not any(is_symbolic(v.shape) for v in plan.outputs), "outputs are parameter-shaped"
         self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
         self.output_shapes = [v.shape for v in plan.outputs]
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
         batched = batched_input(plan.inputs)
         self.batched = None if batched is None else plan.inputs.index(batched)
-        self.pool_batch, self.views = -1, {}
-        self.fixed = self.fixed_for(0) if self.batched is None else None
+        self.idle: list[Workspace] = []   # workspaces no call is using
         self.call = self._first_call
 
-    def fixed_for(self, batch: int) -> list[np.ndarray]:
-        """The constants and workspace views the kernel takes after the inputs, at ``batch``."""
-        views = self.views.get(batch)
-        if views is None:
-            if batch > self.pool_batch:
-                self.pool = [np.empty(evaluate(slot.size, batch), slot.dtype) for slot in self.slots]
-                self.pool_batch, self.views = batch, {}
-            views = self.views[batch] = [self.consts[id(v)] if slot is None else self._view(v, slot, batch)
-                                         for v, slot in self.workspace]
-        return views
-
-    def _view(self, v, slot: int, batch: int) -> np.ndarray:
-        shape = internal_shape(evaluate(v.shape, batch))
-        return self.pool[slot][:math.prod(shape)].reshape(shape)
+    def workspace(self) -> Workspace:
+        """A workspace for one call, to be given back with ``idle.append`` when it returned."""
+        try:
+            return self.idle.pop()
+        except IndexError:
+            return Workspace(self)
 
     def __call__(self, *leaves, out=None):
         """Run the step; ``out`` (checked by the caller) receives the outputs after the first."""
         inputs = [x if type(x) is np.ndarray and x.dtype is dtype and x.ndim and x.flags.c_contiguous
                   else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
-        fixed = self.fixed if self.batched is None else self.fixed_for(inputs[self.batched].shape[0])
         if out is None:
             outputs = [np.empty(shape, dtype) for shape, dtype in self.output_buffers]
         else:
             outputs = [np.empty(*self.output_buffers[0])] + [o.reshape(shape) for o, (shape, _) in
                                                              zip(out, self.output_buffers[1:])]
-        with self.lock:
-            self.call(*inputs, *fixed, *outputs)
+        workspace = self.workspace()
+        fixed = workspace.fixed if self.batched is None else workspace.fixed_for(inputs[self.batched].shape[0])
+        self.call(*inputs, *fixed, *outputs)
+        self.idle.append(workspace)   # not reached when the call raised: the workspace is dropped
         if out is not None:
             return [outputs[0].reshape(())] + list(out)
         for i in self.scalar_outputs:
@@ -77,6 +74,58 @@ class NativeStep:
         # lookup can be skipped on later calls.
         signature = tuple(self.kernel.typeof_pyval(a) for a in args)
         self.call = self.kernel.overloads[signature].entry_point
+        release_with_step(self.kernel)
+
+
+def release_with_step(kernel) -> None:
+    """Let ``kernel`` (a dispatcher) die with the step that calls it.
+
+    Numba keeps the namespace of a compiled function's module alive as long as its machine code
+    (for plain ``njit`` functions too); the kernel's own name in that namespace would keep the
+    dispatcher, and all it refers to, alive forever. Its machine code is in hand, so the name goes.
+    """
+    namespace, name = kernel.py_func.__globals__, kernel.py_func.__name__
+    if namespace.get(name) is kernel:
+        namespace.pop(name, None)   # another thread's first call may have removed it meanwhile
+
+
+class Workspace:
+    """The buffers of one running call: the pool (allocated for the largest batch size this
+    workspace has seen; a smaller batch uses views of it), the constants and views the kernel takes
+    after the inputs for the last `VIEWS_KEPT` batch sizes, the loss and run-time scalar buffers."""
+
+    __slots__ = ("step", "pool", "pool_batch", "views", "batch", "fixed", "loss", "scalars")
+
+    def __init__(self, step: NativeStep):
+        self.step = step
+        self.pool, self.pool_batch, self.views = [], -1, OrderedDict()
+        self.loss = np.empty(*step.output_buffers[0])
+        self.scalars = [np.empty(1, dtype) for dtype in step.scalar_dtypes]
+        self.batch = self.fixed = None
+        if step.batched is None:
+            self.fixed_for(0)
+
+    def fixed_for(self, batch: int) -> list[np.ndarray]:
+        """The constants and workspace views the kernel takes after the inputs, at ``batch``;
+        they become ``fixed``, the views of the batch size called last."""
+        views = self.views.get(batch)
+        if views is None:
+            if batch > self.pool_batch:
+                self.views.clear()   # views of the old pool would keep it alive
+                self.pool = [np.empty(evaluate(slot.size, batch), slot.dtype) for slot in self.step.slots]
+                self.pool_batch = batch
+            views = self.views[batch] = [self.step.consts[id(v)] if slot is None else self._view(v, slot, batch)
+                                         for v, slot in self.step.workspace_values]
+            if len(self.views) > VIEWS_KEPT:
+                self.views.popitem(last=False)
+        else:
+            self.views.move_to_end(batch)
+        self.batch, self.fixed = batch, views
+        return views
+
+    def _view(self, v, slot: int, batch: int) -> np.ndarray:
+        shape = internal_shape(evaluate(v.shape, batch))
+        return self.pool[slot][:math.prod(shape)].reshape(shape)
 
 
 def prepare(x, dtype) -> np.ndarray:
@@ -96,9 +145,10 @@ class _Source:
 
     def __init__(self, step: NativeStep, header: str):
         self.step = step
-        self.env = {"step": step, "lock": step.lock, "ascontiguousarray": np.ascontiguousarray,
-                    "empty": np.empty, "ndarray": np.ndarray}
+        self.env = {"step": step, "pop": step.idle.pop, "put": step.idle.append, "Workspace": Workspace,
+                    "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray}
         self.lines = [header]
+        self.batched = False
 
     def bind(self, treedef, expr: str, prefix: str) -> list[str]:
         """Lines binding the leaves of the tree ``expr`` to names; returns the names."""
@@ -112,26 +162,21 @@ class _Source:
         """Check each input leaf (``written`` ones must be writeable arrays, updated in place);
         returns the names of the pool views the kernel takes after the inputs."""
         first = min(batched, default=None)
-        step = self.step
         for k, (name, signature, dtype) in enumerate(zip(names, leaf_signatures, dtypes)):
             self.lines += _leaf_check(name, signature, dtype, self.env, k,
                                       None if k not in batched else "define" if k == first else "match",
                                       k in written)
-        if batched:   # the views of the batch size called last, else those of this one
-            self.env["LAST"] = [(None, None)]
-            self.lines += ["    last = LAST[0]",
-                           "    if last[0] == B: F = last[1]",
-                           "    else: F = step.fixed_for(B); LAST[0] = (B, F)"]
-            return ["*F"]
-        self.env.update((f"f{k}", a) for k, a in enumerate(step.fixed))
-        return [f"f{k}" for k in range(len(step.fixed))]
+        self.batched = bool(batched)
+        return ["*F"]
 
     def call(self, arguments: list[str], before: list[str] = ()) -> None:
-        """The locked kernel call; the loss is read into ``loss`` under the lock (its buffer is reused)."""
-        self.env["o0"] = np.empty(*self.step.output_buffers[0])
-        self.lines += ["    lock.acquire()", "    try:"] + [f"        {line}" for line in before]
-        self.lines += [f"        step.call({', '.join(arguments)})", "        loss = o0[0]",
-                       "    finally:", "        lock.release()"]
+        """The kernel call in a borrowed workspace (``ws``: its views ``F``, loss buffer ``o0``),
+        given back once the loss is read into ``loss``. No lock and no ``finally``: a call that
+        raises or is interrupted drops its workspace, and no other call can see it half-updated."""
+        views = "ws.fixed if ws.batch == B else ws.fixed_for(B)" if self.batched else "ws.fixed"
+        self.lines += ["    try: ws = pop()", "    except IndexError: ws = Workspace(step)",
+                       f"    F = {views}", "    o0 = ws.loss", *(f"    {line}" for line in before),
+                       f"    step.call({', '.join(arguments)})", "    loss = o0[0]", "    put(ws)"]
 
     def function(self):
         exec("\n".join(self.lines), self.env)
@@ -161,9 +206,14 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
         return None
     for k, (name, (shape, dtype)) in enumerate(zip(targets, step.output_buffers[1:]), 1):
         src.env[f"S{k}"], src.env[f"T{k}"], src.env[f"R{k}"] = shape, dtype, step.output_shapes[k]
-        aliased = " or ".join(f"{name} is {x}" for x in inputs)
+        # An out array that owns its memory (base None) overlaps only itself, its views (whose
+        # base it is) and no other out array; anything else takes the slow path, which checks
+        # byte ranges and raises.
+        aliased = "".join(f" or {x} is {name} or {x}.base is {name}" for x in inputs) + \
+            "".join(f" or {name} is {g}" for g in targets[:k - 1])
         src.lines += [f"        if type({name}) is not ndarray or {name}.shape != R{k} or {name}.dtype is not T{k} "
-                      f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {aliased}: return None",
+                      f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {name}.base is not None"
+                      f"{aliased}: return None",
                       f"        o{k} = {name}.reshape(S{k})"]
     src.call(inputs + fixed + [f"o{k}" for k in range(n)])
     src.lines.append("    if out is not None:")
@@ -194,10 +244,9 @@ def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: 
     src.env["check_aliasing"] = check_aliasing
     src.lines.append(f"    check_aliasing(({''.join(x + ', ' for x in leaves[:n_written])}), "
                      f"({''.join(x + ', ' for x in data)}))")
-    n_scalars = len(step.input_dtypes) - len(leaves)
-    scalars = [f"c{k}" for k in range(n_scalars)]
-    src.env.update((c, np.empty(1)) for c in scalars)
-    assign = [f"{', '.join(c + '[0]' for c in scalars)}, = scalars"] if scalars else []
+    scalars = [f"c{k}" for k in range(len(step.scalar_dtypes))]
+    assign = [f"{''.join(c + ', ' for c in scalars)}= ws.scalars",
+              f"{''.join(c + '[0], ' for c in scalars)}= scalars"] if scalars else []
     src.call(params + data + slots + scalars + fixed + ["o0"] + params + slots, before=assign)
     src.lines.append("    return loss")
     return src.function()
@@ -248,8 +297,10 @@ def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | Non
         trailing = "".join(f" or s[{i}] != {d}" for i, d in enumerate(shape[1:], 1))
         lines = [f"    if type({name}) is not ndarray or {name}.dtype is not D{k}: return None",
                  f"    s = {name}.shape",
-                 f"    if len(s) != {len(shape)}{trailing}: return None",
-                 "    B = s[0]" if batch == "define" else "    if s[0] != B: return None"]
+                 f"    if len(s) != {len(shape)}{trailing}: return None"]
+        # A batch of one has a step of its own (compiler.batched_leaves).
+        lines += (["    B = s[0]", "    if B == 1: return None"] if batch == "define"
+                  else ["    if s[0] != B: return None"])
     if written:
         lines.append(f"    if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
     else:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
+import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from . import array_api as A
 from . import interp, pytree
 from . import cache as disk_cache
-from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, compile_plan,
-                       joint_program, leaf_signature, name_hint, native_step, trace_loss)
+from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
+                       compile_plan, joint_program, label_error, leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
@@ -70,12 +72,14 @@ class TrainStep:
         functools.update_wrapper(self, self.fn)
         self.optimizer, self.backend, self.cache = optimizer, backend, cache
         self._runs: dict = {}         # a call's leaf signatures -> its compiled update
+        self._compiling = threading.RLock()   # held while a new signature is checked and compiled
         self._calls = self._misses = 0
         self._shapes = StepsByShape(static_shapes)
         self._fast = None             # the generated fast path of the step called last
-        self._written: tuple = ()     # the arrays of the last call's check, kept alive
-        self._bounds: list = []       # their sorted (start, end, path) byte ranges
-        self._owners: set = set()     # ids of the owners of their memory
+        # The arrays of the last call's check (kept alive), their sorted (start, end, path) byte
+        # ranges and the ids of the owners of their memory: one tuple, replaced at once, so that a
+        # call in another thread never sees the ranges of one call's arrays with another's.
+        self._written = WrittenArrays((), [], set())
 
     def init(self, params) -> dict:
         """Fresh optimiser state for ``params``: the step count and zeroed slots."""
@@ -90,10 +94,13 @@ class TrainStep:
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it."""
         step_count = self._check_state(state)
-        lr = self.optimizer.learning_rate(step_count) if lr is None else float(lr)
+        lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
         args = (params, [state[name] for name in self.optimizer.slots], data)
-        loss = None if self._fast is None else self._fast(args, scalars)
+        try:
+            loss = None if self._fast is None else self._fast(args, scalars)
+        except ValueError as error:
+            raise self._explained(error, args) from None
         if loss is None:
             loss = self._checked_call(args, scalars)
         self._calls += 1
@@ -106,13 +113,28 @@ class TrainStep:
         key = pytree.keyed_flatten(args, leaves, leaf_signature)
         run = self._runs.get(key)
         if run is None:
-            run = self._runs[key] = self._run_for(*args)
+            with self._compiling:   # other threads calling with a new signature wait for its compilation
+                run = self._runs.get(key)
+                if run is None:
+                    run = self._runs[key] = self._run_for(*args)
         self._fast = run.fast
         updated = run.n_params + run.n_slots
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
         inputs = written[:run.n_params] + data_leaves + written[run.n_params:] + list(scalars)
-        return run(inputs, written)
+        try:
+            return run(inputs, written)
+        except ValueError as error:
+            raise run.label_error(inputs) or error from None
+
+    def _explained(self, error: ValueError, args) -> ValueError:
+        """``error``, raised by a step, or the failed class-label check it stands for with the
+        argument, the value and its index."""
+        leaves = []
+        run = self._runs.get(pytree.keyed_flatten(args, leaves, leaf_signature))
+        if run is None:
+            return error
+        return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_slots:]) or error
 
     def cache_info(self) -> CacheInfo:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
@@ -196,17 +218,19 @@ class TrainStep:
         compared only when it shares an owner of memory with one of them (a view of the same
         buffer), so the common case costs an attribute walk per data array.
         """
-        if len(written) != len(self._written) or not all(map(operator.is_, written, self._written)):
-            self._remember_written(written, run.paths)
+        known = self._written
+        if len(written) != len(known.arrays) or not all(map(operator.is_, written, known.arrays)):
+            known = self._written = self._remember_written(written, run.paths)
         for k, x in enumerate(data):
             # A non-contiguous data array is copied before the kernel runs, so it cannot alias.
-            if type(x) is np.ndarray and id(memory_owner(x)) in self._owners and x.flags.c_contiguous:
-                overlap = self._overlap(x)
+            if type(x) is np.ndarray and id(memory_owner(x)) in known.owners and x.flags.c_contiguous:
+                overlap = overlapping(known.bounds, x)
                 if overlap is not None:
                     raise ValueError(f"{run.data_paths[k]} shares memory with {overlap}, which the step "
                                      f"updates in place; pass a copy")
 
-    def _remember_written(self, written, paths) -> None:
+    @staticmethod
+    def _remember_written(written, paths) -> WrittenArrays:
         for path, x in zip(paths, written):
             check_updatable(path, x)
         bounds = sorted((start, start + x.nbytes, path) for path, x in zip(paths, written)
@@ -215,16 +239,22 @@ class TrainStep:
             if start < end:
                 raise ValueError(f"{first} and {second} share memory; each parameter and state "
                                  f"array is updated in place and must be an array of its own")
-        self._written, self._bounds = tuple(written), bounds
-        self._owners = {id(memory_owner(x)) for x in written}
+        return WrittenArrays(tuple(written), bounds, {id(memory_owner(x)) for x in written})
 
-    def _overlap(self, x) -> str | None:
-        """The path of a written array whose bytes overlap ``x``'s, if any."""
-        if not x.nbytes:
-            return None
-        start = x.__array_interface__["data"][0]
-        i = bisect.bisect_right([b[0] for b in self._bounds], start + x.nbytes - 1) - 1
-        return self._bounds[i][2] if i >= 0 and self._bounds[i][1] > start else None
+
+class WrittenArrays(NamedTuple):
+    arrays: tuple    # the arrays a step updates in place
+    bounds: list     # their sorted (start, end, path) byte ranges
+    owners: set      # ids of the owners of their memory
+
+
+def overlapping(bounds, x) -> str | None:
+    """The path of the array in ``bounds`` whose bytes overlap ``x``'s, if any."""
+    if not x.nbytes:
+        return None
+    start = x.__array_interface__["data"][0]
+    i = bisect.bisect_right([b[0] for b in bounds], start + x.nbytes - 1) - 1
+    return bounds[i][2] if i >= 0 and bounds[i][1] > start else None
 
 
 def memory_owner(x: np.ndarray):
@@ -235,6 +265,7 @@ def memory_owner(x: np.ndarray):
 
 
 def check_updatable(path: str, x) -> None:
+    check_plain(x, path)
     if not (isinstance(x, np.ndarray) and is_float(x.dtype)):
         raise DtypeError(f"{path} is updated in place, so it must be a float32 or float64 NumPy "
                          f"array; got {type(x).__name__}{'' if not hasattr(x, 'dtype') else ' of ' + str(x.dtype)}")
@@ -260,11 +291,19 @@ class CompiledUpdate:
         slots_end = len(program.inputs) - len(scalar_names)
         updated = program.inputs[:n_params] + program.inputs[slots_end - n_slots:slots_end]
         write_in_place(plan, zip(updated, plan.outputs[1:]))
-        self.native, self.source = native_step(plan, hint, cache)
+        self.native, self.source = native_step(plan, hint, cache, n_scalars=len(scalar_names))
+
+    def label_error(self, inputs: list) -> ValueError | None:
+        """The error for an out-of-range class label among the parameters and data of ``inputs``."""
+        n = self.n_params + len(self.data_paths)
+        return label_error(self.program, self.paths[:self.n_params] + self.data_paths, inputs[:n])
 
     def __call__(self, inputs: list, written: list):
         if self.native is not None:
             return self.native(*inputs, out=written)[0][()]
+        error = self.label_error(inputs)   # as the compiled step checks them
+        if error is not None:
+            raise error
         outputs = interp.run(self.program, *inputs)
         for target, value in zip(written, outputs[1:]):
             np.copyto(target, value)

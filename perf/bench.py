@@ -73,14 +73,14 @@ def run_workload(workload: str, dtype: str, impl_names: list, threads: int, budg
             continue
         entry.update(status="ok", first_call_s=b.first_call_s, note=b.note)
 
-    reference = None
-    if "morphjit" in built:
-        reference = built["morphjit"].result(built["morphjit"].call())
+    # morphjit is the reference; a peer run in a venv of its own is checked against NumPy's step.
+    checker = next((name for name in ("morphjit", "numpy") if name in built), None)
+    reference = built[checker].result(built[checker].call()) if checker else None
     for name, b in list(built.items()):
-        if b.result is None:
+        if b.result is None or name == checker:
             continue
         if reference is None:
-            impls[name].update(status="unchecked", message="morphjit not run")
+            impls[name].update(status="unchecked", message="neither morphjit nor numpy ran")
             continue
         try:
             problem = check_close(b.result(b.call()), reference, dtype)
@@ -89,7 +89,7 @@ def run_workload(workload: str, dtype: str, impl_names: list, threads: int, budg
         if problem:
             impls[name].update(status="wrong", message=problem)
             del built[name]
-    impls.setdefault("morphjit", {}).setdefault("check", "reference")
+    impls.setdefault(checker or "morphjit", {}).setdefault("check", "reference")
     for name in built:
         if IMPLEMENTATIONS[name].alloc_visible:
             tracemalloc.start()
@@ -164,15 +164,32 @@ def child_env(threads: int) -> dict:
 
 
 def spawn_workload(workload: str, dtype: str, opts, env: dict) -> dict:
-    return spawn_child("perf.bench", workload, dtype, ["--impls", ",".join(opts.impls), "--threads", str(opts.threads),
-                                                       "--budget", str(opts.budget), "--min-samples",
-                                                       str(opts.min_samples)], env)
+    """The workload process; a peer with a venv of its own (impls.interpreter) runs in a second
+    process beside NumPy's step, which checks it, and joins the first one's figures."""
+    from perf.impls import interpreter
+    apart = [i for i in opts.impls if interpreter(i) != sys.executable]
+    here = [i for i in opts.impls if i not in apart]
+    result = spawn_child("perf.bench", workload, dtype, _child_args(here, opts), env)
+    for impl in apart:
+        other = spawn_child("perf.bench", workload, dtype, _child_args(["numpy", impl], opts), env,
+                            interpreter(impl))
+        entry = other.get("impls", {}).get(impl) or dict(status="error", message=other.get("error", "")[-2000:])
+        if entry["status"] == "ok":
+            entry["note"] = (f"{entry['note']}; own venv (numba {other['versions']['numba']}), "
+                             "timed in a process of its own")
+        result.setdefault("impls", {})[impl] = entry
+    return result
 
 
-def spawn_child(module: str, workload: str, dtype: str, args: list, env: dict) -> dict:
+def _child_args(impls: list, opts) -> list:
+    return ["--impls", ",".join(impls), "--threads", str(opts.threads), "--budget", str(opts.budget),
+            "--min-samples", str(opts.min_samples)]
+
+
+def spawn_child(module: str, workload: str, dtype: str, args: list, env: dict, python: str = sys.executable) -> dict:
     """Run ``python -m module --child workload dtype *args`` and return the dict it prints on its
     ``RESULT `` line (or an ``error`` entry if it failed)."""
-    cmd = [sys.executable, "-m", module, "--child", workload, dtype] + list(args)
+    cmd = [python, "-m", module, "--child", workload, dtype] + list(args)
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
     if done.returncode or not lines:

@@ -14,6 +14,8 @@ the hand-written numba MLP step), ``overhead`` (morphjit's compiled entry called
 from __future__ import annotations
 
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -91,7 +93,8 @@ def build_morphjit_entry(wl, params, data):
     inputs = [prepare(x, dt) for x, dt in zip(leaves, native.input_dtypes)]
     outputs = [np.empty(shape, dtype) for shape, dtype in native.output_buffers]
     batch = None if native.batched is None else inputs[native.batched].shape[0]
-    arguments = (*inputs, *(native.fixed if batch is None else native.fixed_for(batch)), *outputs)
+    workspace = native.workspace()
+    arguments = (*inputs, *(workspace.fixed if batch is None else workspace.fixed_for(batch)), *outputs)
     entry = native.call
 
     def call():
@@ -191,7 +194,7 @@ class JaxOps:
         import jax
         import jax.numpy as jnp
         self.jnp, self.nn = jnp, jax.nn
-        for name in ("tanh", "exp", "sin", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
+        for name in ("tanh", "exp", "sin", "cos", "log", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
             setattr(self, name, getattr(jnp, name))
         self.relu, self.softmax = jax.nn.relu, jax.nn.softmax
 
@@ -223,7 +226,7 @@ class TorchOps:
     def __init__(self):
         import torch
         self.torch, self.F = torch, torch.nn.functional
-        for name in ("tanh", "exp", "sin", "log1p", "abs", "sqrt", "relu", "swapaxes"):
+        for name in ("tanh", "exp", "sin", "cos", "log", "log1p", "abs", "sqrt", "relu", "swapaxes"):
             setattr(self, name, getattr(torch, name))
 
     def maximum(self, a, b):
@@ -299,7 +302,7 @@ class PytensorOps:
         import pytensor.tensor as pt
         from pytensor.tensor import special
         self.pt = pt
-        for name in ("tanh", "exp", "sin", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
+        for name in ("tanh", "exp", "sin", "cos", "log", "log1p", "abs", "maximum", "sqrt", "mean", "sum", "swapaxes"):
             setattr(self, name, getattr(pt, name))
         self.special = special
 
@@ -341,6 +344,16 @@ def build_pytensor(wl, params, data):
 
 
 # ---------------------------------------------------------------- the registry
+
+# PyTensor pins an older numba than morphjit's users get, so `make bench` installs it in a venv of
+# its own and names that interpreter here; its figures then come from a process of their own.
+SEPARATE_PYTHON = {"pytensor": "MORPHJIT_BENCH_PYTENSOR_PYTHON"}
+
+
+def interpreter(impl: str) -> str:
+    """The Python that runs `impl`: its own venv's where one is named, else this one."""
+    return os.environ.get(SEPARATE_PYTHON.get(impl, ""), "") or sys.executable
+
 
 IMPLEMENTATIONS = {i.name: i for i in (
     Impl("morphjit", "subject", build_morphjit),

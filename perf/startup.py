@@ -137,11 +137,12 @@ def child(workload: str, dtype: str, cache_dir: str, env: dict | None = None, im
     """Run the first call of ``impl``'s step of the workload in a fresh process; its figures, plus
     the wall time of the whole process (interpreter start-up included) as ``process_s``. A peer
     that is not installed gives ``status: missing``; a failing child raises RuntimeError."""
+    from perf.impls import interpreter
     base = os.environ if env is None else env
     env = dict(base, **KINDS[impl].env(cache_dir, threads, base))
     code = CHILD.format(impl=impl, workload=workload, dtype=dtype, cache_dir=cache_dir, threads=threads)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([interpreter(impl), "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("STARTUP ")]
     if done.returncode or not lines:

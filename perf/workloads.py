@@ -238,6 +238,41 @@ def curve_numpy(params, t, y):
                   "d": np.sum(dae * cs)}
 
 
+# ---------------------------------------------------------------- transcendental functions
+
+def transcendental_loss(ns, params, x, y):
+    z = x * x + 1
+    pred = (ns.tanh(params["a"] * x) + ns.exp(-params["b"] * z) * ns.cos(params["c"] * x)
+            + z ** params["d"] + params["e"] * ns.log(z) + ns.log1p(params["f"] * z))
+    return ns.mean((pred - y) ** 2)
+
+
+def transcendental_make(dtype, n=100_000):
+    rng = _rng(9)
+    x = rng.uniform(-3, 3, n)
+    params = {"a": 0.8, "b": 0.4, "c": 1.7, "d": 0.3, "e": 0.2, "f": 0.6}
+    y = _transcendental_terms(params, x)[-1] + rng.normal(scale=0.05, size=n)
+    start = {k: 0.9 * v for k, v in params.items()}   # off the optimum, so the gradients are not noise
+    return _cast(start, dtype), (x.astype(dtype), y.astype(dtype))
+
+
+def _transcendental_terms(params, x):
+    a, b, c, d, e, f = (params[k] for k in "abcdef")
+    z = x * x + 1
+    th, ex, cs, pw, lz = np.tanh(a * x), np.exp(-b * z), np.cos(c * x), z ** d, np.log(z)
+    return z, th, ex, cs, pw, lz, th + ex * cs + pw + e * lz + np.log1p(f * z)
+
+
+def transcendental_numpy(params, x, y):
+    z, th, ex, cs, pw, lz, pred = _transcendental_terms(params, x)
+    a, c, f = params["a"], params["c"], params["f"]
+    r = pred - y
+    dr = r * (2 / r.size)
+    return np.mean(r * r), {"a": np.sum(dr * (1 - th * th) * x), "b": -np.sum(dr * ex * cs * z),
+                            "c": -np.sum(dr * ex * np.sin(c * x) * x), "d": np.sum(dr * pw * lz),
+                            "e": np.sum(dr * lz), "f": np.sum(dr * z / (1 + f * z))}
+
+
 # ---------------------------------------------------------------- the registry
 
 WORKLOADS = {w.name: w for w in (
@@ -255,4 +290,7 @@ WORKLOADS = {w.name: w for w in (
              rbf_loss, rbf_make, rbf_numpy, tags=("elementwise",)),
     Workload("curve", "sin/exp curve fit, 100k points, 4 scalar params (element-wise only)", curve_loss,
              curve_make, curve_numpy, tags=("elementwise",)),
+    Workload("transcendental", "tanh, exp, cos, pow, log and log1p of 100k points, 6 scalar params "
+             "(element-wise only)", transcendental_loss, transcendental_make, transcendental_numpy,
+             tags=("elementwise",)),
 )}

@@ -55,3 +55,40 @@ def test_missing_peer_is_reported_not_raised():
     assert result["impls"]["jax"]["status"] == "missing"
     assert result["impls"]["morphjit"]["status"] == "ok"
     assert "tiny" in WORKLOADS
+
+
+def test_transcendental_workload_hand_written_gradients_agree():
+    # The NumPy step is checked against morphjit's; a mismatch would give status "wrong".
+    sys.path.insert(0, str(ROOT))
+    import perf.bench as bench
+    for dtype in ("float32", "float64"):
+        result = bench.run_workload("transcendental", dtype, ["morphjit", "numpy"], 1, 0.01, 2)
+        assert {name: entry["status"] for name, entry in result["impls"].items()} == \
+            {"morphjit": "ok", "numpy": "ok"}, result
+
+
+def test_a_peer_with_its_own_venv_runs_in_a_second_process(monkeypatch):
+    sys.path.insert(0, str(ROOT))
+    import perf.bench as bench
+    calls = []
+
+    def fake_child(module, workload, dtype, args, env, python=sys.executable):
+        impls = args[args.index("--impls") + 1].split(",")
+        calls.append((python, impls))
+        return dict(impls={i: dict(status="ok", note=f"{i} here") for i in impls}, versions=dict(numba="0.65.1"))
+
+    monkeypatch.setenv("MORPHJIT_BENCH_PYTENSOR_PYTHON", "/elsewhere/bin/python")
+    monkeypatch.setattr(bench, "spawn_child", fake_child)
+    opts = bench.parse(["--only", "tiny", "--impls", "morphjit,numpy,pytensor", "--no-startup"])
+    result = bench.spawn_workload("tiny", "float64", opts, {})
+    assert calls == [(sys.executable, ["morphjit", "numpy"]), ("/elsewhere/bin/python", ["numpy", "pytensor"])]
+    assert result["impls"]["pytensor"]["note"].startswith("pytensor here; own venv (numba 0.65.1)")
+    assert result["impls"]["numpy"]["note"] == "numpy here"
+
+
+def test_without_morphjit_the_numpy_step_checks_the_others():
+    sys.path.insert(0, str(ROOT))
+    import perf.bench as bench
+    result = bench.run_workload("tiny", "float64", ["numpy", "numba.hand"], 1, 0.01, 2)
+    assert result["impls"]["numpy"]["check"] == "reference"
+    assert result["impls"]["numba.hand"]["status"] == "ok"   # "unchecked" had nothing checked it

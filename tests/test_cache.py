@@ -172,16 +172,23 @@ def test_unwritable_directory_warns_once_per_process(tmp_path, monkeypatch, prog
         run_step(load_module(program.replace("test program", "second program")))
 
 
-@pytest.mark.parametrize("target", ["directory", "numba index"])
-def test_entry_writable_by_others_is_not_loaded(cache_dir, program, start_child, target):
+def test_directory_writable_by_others_is_not_used(cache_dir, program, start_child):
     assert not report(start_child())["from_disk"]
-    [entry] = cache_info().per_entry
-    path = cache_dir if target == "directory" else numba_file(cache_dir, entry.name, ".nbi")
-    path.chmod(0o777 if target == "directory" else 0o666)
+    cache_dir.chmod(0o777)
     with pytest.warns(CacheWarning, match="writable by group or others"):
         module = load_module(program)
     assert not loaded_from_disk(run_step(module))
     assert not hasattr(module, "__file__")  # built in memory, not from the cache directory
+
+
+def test_numba_file_writable_by_others_is_not_loaded_but_rebuilt(cache_dir, program, start_child):
+    assert not report(start_child())["from_disk"]
+    [entry] = cache_info().per_entry
+    numba_file(cache_dir, entry.name, ".nbi").chmod(0o666)
+    with pytest.warns(CacheWarning, match="writable by group or others"):
+        assert not loaded_from_disk(run_step(load_module(program)))
+    assert stat.S_IMODE(numba_file(cache_dir, entry.name, ".nbi").stat().st_mode) == 0o600
+    assert report(start_child()) == {"from_disk": True, "correct": True}
 
 
 def test_cache_off_writes_nothing(cache_dir, program, monkeypatch):
@@ -195,7 +202,7 @@ def test_clear_cache_removes_modules_and_machine_code(cache_dir, program):
     run_step(load_module(program))
     assert clear_cache() == 1
     assert cache_info().entries == 0
-    assert list(cache_dir.iterdir()) == [cache_dir / "__pycache__"]
+    assert sorted(cache_dir.iterdir()) == [cache_dir / "__pycache__", cache_dir / "key"]
     assert list((cache_dir / "__pycache__").iterdir()) == []
 
 

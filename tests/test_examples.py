@@ -25,7 +25,7 @@ def load():
 
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
-    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit"}
+    assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic"}
 
 
 def test_mlp_digits(load, capsys):
@@ -95,3 +95,12 @@ def test_script_runs_from_the_command_line(tmp_path):
     assert lines[0].startswith("step  1/20") and lines[-2].startswith("step 20/20")
     assert "\r" not in run.stdout                                    # plain lines when not a terminal
     assert np.isfinite(float(lines[-1].split()[2].rstrip(",")))
+
+
+def test_dask_logistic_fits_on_a_cluster_as_in_one_process(load):
+    pytest.importorskip("distributed", reason="mj.dask needs dask and distributed: pip install 'morphjit[dask]'")
+    result = load("dask_logistic").main(rows=20_000, chunk=6_000, digits_steps=100, compare_dask_ml=False)
+    logistic, digits = result["logistic"], result["digits"]
+    assert logistic["local_diff"] < 1e-6                         # the same fit as in one process
+    assert np.abs(logistic["w"] - np.linspace(-1, 1, 16)).max() < 0.15 and abs(logistic["b"] - 0.5) < 0.1
+    assert digits["final_loss"] < 0.25 * digits["initial_loss"] and digits["test_accuracy"] > 0.9

@@ -1,0 +1,156 @@
+"""Time per full-gradient evaluation of a logistic regression held as a Dask array: mj.dask on a
+LocalCluster against morphjit in one process and dask-glm (what dask-ml's LogisticRegression
+runs) on the same cluster; then the break-even size, below which one process is faster.
+
+mj.dask's workers run the compiled step on ``ROWS_PER_CALL``-row pieces of their chunks (so the
+forward and backward passes find the rows in the cache); one process is timed both in one call
+over all rows and in pieces of the same size, to tell that gain from the distribution's.
+
+The data set is ``rows`` x ``features`` float64, labels in {0, 1}; the loss is dask-glm's
+logistic negative log-likelihood (a sum over rows), so the three compute the same numbers. The
+cluster's data are made on the workers and held there (mj.dask spreads the chunks evenly; dask-glm
+reads the same chunks); the one-process data are made in this process. The cases take turns, ``--repeat`` rounds, and the medians are reported (the machine may
+be shared: say how loaded it was when you quote them).
+
+Run: python -m perf.dask_bench [--rows 10000000] [--features 16] [--workers 2] [--chunk 1000000]
+                               [--repeat 7] [--break-even 1000,10000,100000,1000000]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+import morphjit as mj
+from morphjit.dask import ROWS_PER_CALL
+
+
+def logistic_nll(beta, x, y):
+    """dask-glm's Logistic.pointwise_loss: sum(x beta + log1p(exp(-x beta))) - y . x beta."""
+    z = x @ beta
+    return mj.sum(z + mj.log1p(mj.exp(-z)) - y * z)
+
+
+def cluster_data(rows, features, chunk, seed=0):
+    import dask.array as da
+    rng = da.random.default_rng(seed)
+    x = rng.standard_normal((rows, features), chunks=(chunk, features))
+    beta = np.linspace(-1, 1, features)
+    y = (rng.random(rows, chunks=chunk) < 1 / (1 + da.exp(-(x @ beta)))).astype(np.float64)
+    return x, y
+
+
+def local_data(rows, features, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, features))
+    y = (rng.random(rows) < 1 / (1 + np.exp(-(x @ np.linspace(-1, 1, features))))).astype(np.float64)
+    return x, y
+
+
+def in_pieces(loss, beta, x, y, rows=ROWS_PER_CALL):
+    """What a worker does with its chunks (``rows_per_call``), in one process: the step on
+    cache-sized pieces, the results added."""
+    total, grad = 0.0, np.zeros_like(beta)
+    for start in range(0, len(x), rows):
+        value, g = loss(beta, x[start:start + rows], y[start:start + rows])
+        total += value
+        grad += g
+    return total, grad
+
+
+def dask_glm_evaluation(client, x, y):
+    """dask-glm's compute_loss_grad of its lbfgs solver, as dask-ml's LogisticRegression calls it."""
+    import dask
+    from dask_glm.families import Logistic
+    from dask_glm.utils import scatter_array
+
+    def evaluate(beta):
+        with dask.config.set({"optimization.fuse.ave-width": 0}):   # as dask-glm does
+            scattered = scatter_array(beta, client)
+            return dask.compute(Logistic.pointwise_loss(scattered, x, y), Logistic.pointwise_gradient(scattered, x, y))
+    return evaluate
+
+
+def medians(cases: dict, repeat: int) -> dict:
+    """Each case called once per round, ``repeat`` rounds after a warm-up; median seconds."""
+    times = {name: [] for name in cases}
+    for fn in cases.values():
+        fn()
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def full_gradient(client, rows, features, chunk, repeat, workers):
+    beta = np.full(features, 0.1)
+    x, y = cluster_data(rows, features, chunk)
+    distributed_loss = mj.dask.dataset_loss(logistic_nll, x, y, reduction="sum")
+    cases = {f"mj.dask, {workers} workers": lambda: distributed_loss(beta)}
+    try:   # on the same chunks in the workers' memory
+        cases[f"dask-glm (dask-ml), {workers} workers"] = (lambda evaluate: lambda: evaluate(beta))(
+            dask_glm_evaluation(client, *distributed_loss.arrays()))
+    except ImportError:
+        print("dask-ml / dask-glm not installed: pip install dask-ml (its row is left out)")
+    xl, yl = local_data(rows, features)
+    local = mj.compile_loss(logistic_nll)
+    cases["morphjit, one process"] = lambda: local(beta, xl, yl)
+    cases[f"morphjit, one process, {ROWS_PER_CALL}-row calls"] = lambda: in_pieces(local, beta, xl, yl)
+    result = medians(cases, repeat)
+    del xl, yl
+    return result
+
+
+def break_even(client, sizes, features, repeat, workers):
+    """Per size, one process against the cluster with one chunk per worker."""
+    beta = np.full(features, 0.1)
+    local = mj.compile_loss(logistic_nll)
+    table = []
+    for rows in sizes:
+        x, y = cluster_data(rows, features, -(-rows // workers))
+        xl, yl = local_data(rows, features)
+        distributed_loss = mj.dask.dataset_loss(logistic_nll, x, y, reduction="sum")
+        t = medians({"local": lambda: local(beta, xl, yl), "pieces": lambda: in_pieces(local, beta, xl, yl),
+                     "dask": lambda: distributed_loss(beta)}, repeat)
+        table.append((rows, t["local"], t["pieces"], t["dask"]))
+    return table
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--features", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--chunk", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--break-even", default="1000,10000,100000,1000000")
+    args = parser.parse_args(argv)
+    from distributed import Client, LocalCluster
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None,
+                      silence_logs=50) as cluster, Client(cluster) as client:
+        print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+        result = full_gradient(client, args.rows, args.features, args.chunk, args.repeat, args.workers)
+        local = result["morphjit, one process"]
+        print(f"\nloss and gradient of a {args.rows:,} x {args.features} logistic regression "
+              f"(float64, {args.chunk:,}-row chunks), median of {args.repeat}:")
+        for name, seconds in result.items():
+            print(f"  {name:32s} {seconds * 1e3:9.1f} ms   {local / seconds:5.2f}x one process")
+        sizes = [int(s) for s in args.break_even.split(",") if s]
+        if sizes:
+            print(f"\nbreak-even: rows per evaluation, one process against {args.workers} workers (ms):")
+            print(f"| rows | one process | one process, {ROWS_PER_CALL}-row calls | mj.dask | speed-up |\n"
+                  f"|---:|---:|---:|---:|---:|")
+            for rows, t_local, t_pieces, t_dask in break_even(client, sizes, args.features, args.repeat, args.workers):
+                print(f"| {rows:,} | {t_local * 1e3:.2f} | {t_pieces * 1e3:.2f} | {t_dask * 1e3:.2f} | "
+                      f"{t_local / t_dask:.2f}x ({t_pieces / t_dask:.2f}x) |")
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

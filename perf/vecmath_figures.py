@@ -1,0 +1,66 @@
+"""morphjit with vectorised transcendental functions against its scalar fallback (the loops before
+issue 20), NumPy's hand-written step and any peers importable here, in one process.
+
+Run: python -m perf.vecmath_figures [--only curve,rbf] [--peers jax,torch.compile] [--seconds 3]
+
+The cases take turns call by call and each keeps its fastest call: on a shared machine the
+minimum is the call least disturbed by other work, and taking turns exposes every case to the
+same disturbances. Figures in perf/VECMATH.md.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import morphjit as mj
+from morphjit import vecmath
+from perf import impls
+from perf.workloads import DTYPES, WORKLOADS
+
+DEFAULT = "curve,rbf,transcendental,tiny,small,logistic,attention,layernorm"
+
+
+def morphjit_step(wl, params, data, vector: bool):
+    """A step compiled with the vector forms on or off (off renders the loops' old NumPy calls)."""
+    saved, vecmath.ENABLED = vecmath.ENABLED, vector
+    try:
+        step = mj.compile_loss(impls.named_loss(wl, mj), cache=False)
+        step(params, *data)
+    finally:
+        vecmath.ENABLED = saved
+    return lambda: step(params, *data)
+
+
+def fastest_calls(cases: dict, seconds: float) -> dict:
+    best = {k: float("inf") for k in cases}
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for k, call in cases.items():
+            start = time.perf_counter()
+            call()
+            best[k] = min(best[k], time.perf_counter() - start)
+    return best
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m perf.vecmath_figures", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=DEFAULT)
+    ap.add_argument("--peers", default="", help="implementations from perf.impls, e.g. jax,torch.compile")
+    ap.add_argument("--seconds", type=float, default=3.0, help="per workload and dtype")
+    opts = ap.parse_args(argv)
+    for name in opts.only.split(","):
+        wl = WORKLOADS[name]
+        for dtype in DTYPES:
+            params, data = wl.make(dtype)
+            cases = {"vector": morphjit_step(wl, params, data, True),
+                     "scalar": morphjit_step(wl, params, data, False),
+                     "numpy": lambda: wl.numpy_step(params, *data)}
+            for peer in filter(None, opts.peers.split(",")):
+                cases[peer] = impls.IMPLEMENTATIONS[peer].build(wl, params, data).call
+            best = fastest_calls(cases, opts.seconds)
+            cells = "  ".join(f"{k} {t * 1e6:.1f} us ({t / best['vector']:.2f}x)" for k, t in best.items())
+            print(f"{name} {dtype}: {cells}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

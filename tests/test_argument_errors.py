@@ -1,0 +1,46 @@
+"""Arrays passed as Python lists: the error says which argument is a list and what to pass."""
+import numpy as np
+import pytest
+
+import morphjit as mj
+
+BACKENDS = ["numba", "interp"]
+
+
+def loss(w, x):
+    return mj.sum(x @ w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_data_passed_as_a_list(backend):
+    with pytest.raises(mj.TracingError, match=r"this array is traced.*Note: x is a Python list, whose numbers "
+                                              r"are traced one by one; to use it as an array, pass np.asarray\(x\)"):
+        mj.compile_loss(loss, backend=backend)(np.ones((2, 2)), [[1.0, 2.0], [3.0, 4.0]])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_list_nested_in_data_is_named_by_its_path(backend):
+    fn = lambda w, batch: mj.sum(batch["x"] @ w)
+    with pytest.raises(mj.TracingError, match=r"Note: batch\['x'\] is a Python tuple"):
+        mj.compile_loss(fn, backend=backend)(np.ones(2), {"x": ((1.0, 2.0), (3.0, 4.0))})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_differentiated_list(backend):
+    with pytest.raises(mj.DtypeError, match=r"^w is differentiated but is a Python list of numbers; .* "
+                                            r"pass np.asarray\(w\)"):
+        mj.compile_loss(loss, backend=backend)([[1.0, 2.0], [3.0, 4.0]], np.ones((2, 2)))
+
+
+def test_a_differentiated_list_in_train_step():
+    step = mj.train_step(lambda p, x: mj.sum(x @ p["w"]), mj.optim.sgd(0.1))
+    with pytest.raises(mj.DtypeError, match=r"p\['w'\] is differentiated but is a Python list"):
+        step({"w": [1.0, 2.0]}, {"step": np.zeros((), np.int64)}, np.ones((3, 2)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_python_numbers_in_a_list_used_one_by_one_still_work(backend):
+    fn = lambda w, hyper: mj.sum(w * hyper[0]) + hyper[1]
+    value, grad = mj.compile_loss(fn, backend=backend)(np.ones(2), [2.0, 3.0])
+    assert value == 7.0
+    np.testing.assert_array_equal(grad, [2.0, 2.0])

@@ -1,0 +1,351 @@
+"""mj.dask on a LocalCluster of 2 single-threaded worker processes: the loss and gradients over
+chunked data, and data-parallel training, equal the single-process results; lost and restarted
+workers and cold worker caches change nothing; version mismatches are refused."""
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+import scipy.optimize
+
+import morphjit as mj
+
+da = pytest.importorskip("dask.array", reason="mj.dask needs dask: pip install 'morphjit[dask]'")
+distributed = pytest.importorskip("distributed", reason="mj.dask needs distributed: pip install 'morphjit[dask]'")
+cloudpickle = pytest.importorskip("cloudpickle")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this file
+
+mjd = mj.dask
+
+
+def logistic(params, x, y):
+    """Mean logistic loss with labels in {-1, 1}, plus a penalty that does not depend on the rows."""
+    z = x @ params["w"] + params["b"]
+    return mj.mean(mj.log1p(mj.exp(-y * z))) + 0.01 * mj.sum(params["w"] ** 2)
+
+
+def squared_sum(params, x, y):
+    return mj.sum((x @ params["w"] + params["b"] - y) ** 2)
+
+
+@pytest.fixture(scope="module")
+def client():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
+        yield client
+
+
+@pytest.fixture
+def two_workers(client):
+    """The client, with both workers up again after a test that killed or restarted one."""
+    yield client
+    client.wait_for_workers(2, timeout=60)
+
+
+def problem(rows=1003, features=5, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, features))
+    y = np.sign(x @ rng.normal(size=features) + rng.normal(size=rows))
+    params = {"w": rng.normal(size=features) * 0.1, "b": np.array(0.3)}
+    return params, x, y
+
+
+UNEVEN = (100, 300, 3, 600)   # rows per chunk of a 1003-row data set
+
+
+def assert_same(actual, expected, tol=1e-12):
+    for k in expected:
+        np.testing.assert_allclose(actual[k], expected[k], rtol=tol, atol=tol, err_msg=k)
+
+
+def test_import_morphjit_does_not_import_dask():
+    code = "import sys, morphjit; assert 'dask' not in sys.modules and 'distributed' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("fn,reduction,rows_per_call", [(logistic, "mean", None), (squared_sum, "sum", 7),
+                                                        (logistic, "mean", 64)])
+def test_uneven_chunks_give_the_single_process_result(client, fn, reduction, rows_per_call):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(fn, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250),
+                            reduction=reduction, split_every=3, rows_per_call=rows_per_call)
+    value, grads = loss(params)
+    expected_value, expected_grads = mj.compile_loss(fn)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12, abs=1e-12)
+    assert_same(grads, expected_grads)
+    assert grads["b"].shape == () and grads["w"].shape == (5,)
+    held_x, held_y = loss.arrays()                        # the chunks on the workers, in order
+    np.testing.assert_array_equal(held_x.compute(), x)
+    np.testing.assert_array_equal(held_y.compute(), y)
+
+
+def test_chunks_are_spread_evenly_over_the_workers(client):
+    params, x, y = problem(rows=1000)
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
+    distributed.wait([block for blocks in loss.blocks for block in blocks])
+    where = client.who_has([blocks[0] for blocks in loss.blocks])
+    assert sorted(Counter(workers[0] for workers in where.values()).values()) == [5, 5]
+
+
+def test_each_worker_compiles_at_most_once(client):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(mj.compile_loss(logistic), da.from_array(x, chunks=(UNEVEN, 5)),
+                            da.from_array(y, chunks=(UNEVEN,)))
+    def calls():   # the worker's compiled loss is shared with earlier tests of the same function
+        return sum(info.hits + info.misses for info in loss.worker_cache_info().values() if info is not None)
+
+    before = calls()
+    for scale in (1.0, 2.0, 3.0):
+        loss({"w": params["w"] * scale, "b": params["b"]})
+    assert calls() - before == 3 * len(UNEVEN)
+    infos = [info for info in loss.worker_cache_info().values() if info is not None]
+    assert infos and all(info.misses == 1 and len(info.signatures) == 1 for info in infos)
+
+
+def worker_backends(token):
+    return mjd._compiled[token].backend if token in mjd._compiled else None
+
+
+def test_compile_options_travel_with_the_loss(client):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(mj.compile_loss(logistic, backend="interp"), da.from_array(x, chunks=500),
+                            da.from_array(y, chunks=500))
+    value, grads = loss(params)
+    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12)
+    assert_same(grads, expected_grads)
+    assert set(client.run(worker_backends, loss.shipped.token).values()) - {None} == {"interp"}
+
+
+def test_scipy_lbfgs_matches_the_single_process_fit(client):
+    params, x, y = problem()
+    objective = mjd.dataset_loss(logistic, da.from_array(x, chunks=300), da.from_array(y, chunks=300)
+                                 ).scipy_objective(params)
+    local = mj.compile_loss(logistic)
+    flat = mjd.FlatParams(params)
+
+    def local_objective(v):
+        value, grads = local(flat.tree(v), x, y)
+        return float(value), flat.vector(grads)
+
+    fit = scipy.optimize.minimize(objective, objective.x0, jac=True, method="L-BFGS-B")
+    reference = scipy.optimize.minimize(local_objective, flat.x0, jac=True, method="L-BFGS-B")
+    assert fit.success and fit.nit == reference.nit
+    np.testing.assert_allclose(fit.x, reference.x, rtol=1e-9, atol=1e-9)
+    assert set(objective.params(fit.x)) == {"w", "b"} and objective.params(fit.x)["b"].shape == ()
+
+
+def test_flat_params_round_trip_keeps_shapes_and_dtypes():
+    params = {"W": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array(1.5)}
+    flat = mjd.FlatParams(params)
+    assert flat.x0.dtype == np.float64 and flat.x0.shape == (7,)
+    back = flat.tree(flat.x0)
+    assert back["W"].dtype == np.float32 and back["W"].shape == (2, 3) and back["b"].shape == ()
+    assert_same(back, params)
+    with pytest.raises(ValueError, match="vector of 7 numbers"):
+        flat.tree(np.zeros(6))
+
+
+def slow_copy(block):
+    time.sleep(0.25)
+    return block.copy()
+
+
+def test_a_worker_killed_mid_computation_changes_nothing(two_workers):
+    client = two_workers
+    params, x, y = problem(seed=1)
+    chunks = (200, 200, 200, 200, 203)
+    slow_x = da.from_array(x, chunks=(chunks, 5)).map_blocks(slow_copy)      # about 0.6 s of chunks
+    loss = mjd.dataset_loss(logistic, slow_x, da.from_array(y, chunks=(chunks,)))
+    future = loss.submit(params)
+    time.sleep(0.4)                                           # the chunks are being made
+    pid = next(iter(client.run(os.getpid).values()))
+    os.kill(pid, signal.SIGKILL)
+    value, leaves = future.result(timeout=120)
+    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12)
+    assert_same({"b": leaves[0], "w": leaves[1]}, expected_grads)
+
+
+def test_a_restarted_worker_loads_the_step_from_its_disk_cache(two_workers):
+    client = two_workers
+    params, x, y = problem(seed=2)
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
+    loss(params)
+    restarted = sorted(client.scheduler_info()["workers"])[0]
+    client.restart_workers([restarted])
+    client.wait_for_workers(2, timeout=60)
+    value, grads = loss(params)
+    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12)
+    assert_same(grads, expected_grads)
+    fresh = [info for info in loss.worker_cache_info().values() if info is not None and info.disk_loads]
+    assert fresh, "the restarted worker should have loaded the step from the disk cache"
+
+
+def set_cache_dir(directory):
+    os.environ["MORPHJIT_CACHE_DIR"] = directory
+
+
+def test_a_cold_worker_cache_compiles(client, tmp_path):
+    scale = 1 + (time.time_ns() % 997) / 1e4           # a constant no cache has seen: new source
+
+    def scaled(params, x, y):
+        return scale * logistic(params, x, y)
+
+    params, x, y = problem(seed=3)
+    old = client.run(os.environ.get, "MORPHJIT_CACHE_DIR")
+    for k, worker in enumerate(old):                      # an empty cache directory of its own each
+        client.run(set_cache_dir, str(tmp_path / str(k)), workers=[worker])
+    try:
+        loss = mjd.dataset_loss(scaled, da.from_array(x, chunks=300), da.from_array(y, chunks=300))
+        value, grads = loss(params)
+        entries = client.run(lambda: mj.cache_info().entries)
+    finally:
+        for worker, directory in old.items():
+            client.run(set_cache_dir, directory, workers=[worker])
+    expected_value, expected_grads = mj.compile_loss(scaled)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12)
+    assert_same(grads, expected_grads)
+    infos = [info for info in loss.worker_cache_info().values() if info is not None]
+    assert infos and all(info.misses == 1 and info.disk_loads == 0 for info in infos)
+    assert sum(n >= 1 for n in entries.values()) == len(infos)          # each wrote its own entry
+
+
+def test_version_mismatch_is_refused_with_the_versions(client):
+    expected = dict(mjd.versions(), numba="0.0.1")
+    with pytest.raises(mjd.VersionMismatch, match=r"numba .* \(client 0\.0\.1\)"):
+        mjd.check_versions(client, expected)
+    shipped = dataclasses.replace(mjd.Shipped.of(logistic), versions=expected, token="mismatched")
+    with pytest.raises(mjd.VersionMismatch, match="install the client's versions"):
+        client.submit(mjd.compiled_loss, shipped).result()
+
+
+def test_bad_data_and_options_are_refused(client):
+    params, x, y = problem()
+    with pytest.raises(TypeError, match="data argument 1 is a ndarray"):
+        mjd.dataset_loss(logistic, da.from_array(x), y)
+    with pytest.raises(ValueError, match="1003 rows but data argument 1 has 1000"):
+        mjd.dataset_loss(logistic, da.from_array(x), da.from_array(y[:1000]))
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        mjd.dataset_loss(logistic, da.from_array(x), da.from_array(y), reduction="median")
+    with pytest.raises(ValueError, match="argnums=0"):
+        mjd.dataset_loss(mj.compile_loss(logistic, argnums=(0,)), da.from_array(x), da.from_array(y))
+
+
+# ---------------------------------------------------------------------------------------------
+# Data-parallel training
+
+def single_process(fn, optimizer, params, batches):
+    step = mj.train_step(fn, optimizer)
+    params = {k: v.copy() for k, v in params.items()}
+    state = step.init(params)
+    losses = [float(step(params, state, *batch)) for batch in batches]
+    return params, losses
+
+
+def concatenated_minibatches(trainer, x, y, steps):
+    """The rows each step of ``trainer`` uses, gathered from every shard as one batch."""
+    starts = np.cumsum((0,) + trainer.shard_rows)
+    for step in range(steps):
+        rows = []
+        for shard, (start, n) in enumerate(zip(starts, trainer.shard_rows)):
+            chosen = mjd.minibatch_rows(trainer.seed, shard, step, n, trainer.batch_size)
+            rows.append(start + (np.arange(n) if chosen is None else chosen))
+        rows = np.concatenate(rows)
+        yield x[rows], y[rows]
+
+
+@pytest.mark.parametrize("optimizer,batch_size", [(mj.optim.adam(0.05), None),
+                                                  (mj.optim.sgd(0.1, momentum=0.9), 64)])
+def test_data_parallel_equals_one_process_on_the_concatenated_minibatches(client, optimizer, batch_size):
+    params, x, y = problem()
+    trainer = mjd.data_parallel(logistic, optimizer, params, da.from_array(x), da.from_array(y),
+                                batch_size=batch_size, shards=3, checkpoint_every=2)
+    losses = trainer.run(3) + [trainer.step() for _ in range(2)]      # a checkpoint inside run
+    expected, expected_losses = single_process(logistic, optimizer, params,
+                                               concatenated_minibatches(trainer, x, y, 5))
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
+    assert_same(trainer.params, expected)                     # reading params checks the replicas
+    assert int(trainer.state["step"]) == 5
+
+
+def test_shards_cover_the_rows_evenly():
+    assert mjd.shard_sizes(1003, 3) == (335, 334, 334) and mjd.shard_sizes(5, 5) == (1, 1, 1, 1, 1)
+    with pytest.raises(ValueError, match="shards must be an integer from 1 to the number of rows"):
+        mjd.shard_sizes(5, 6)
+
+
+def test_replicas_that_differ_are_detected(client):
+    params, x, y = problem()
+    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y))
+    trainer.step()
+    leaves, slots, step = trainer.replicas[1].result()
+    trainer.replicas[1] = client.submit(mjd.identity, ([leaves[0] + 1e-15, leaves[1]], slots, step))
+    with pytest.raises(RuntimeError, match="replica 1 differs from replica 0 after step 1"):
+        trainer.params
+
+
+def test_training_survives_a_killed_worker(two_workers):
+    client = two_workers
+    params, x, y = problem(seed=4)
+    optimizer = mj.optim.adam(0.05)
+    trainer = mjd.data_parallel(logistic, optimizer, params, da.from_array(x), da.from_array(y), batch_size=100)
+    for step in range(6):
+        if step == 3:
+            pid = next(iter(client.run(os.getpid).values()))
+            os.kill(pid, signal.SIGKILL)
+        trainer.step()
+    expected, _ = single_process(logistic, optimizer, params, concatenated_minibatches(trainer, x, y, 6))
+    assert_same(trainer.params, expected)
+
+
+def local_sgd_reference(fn, optimizer, params, trainer, x, y, rounds):
+    """Local SGD in one process: each shard trains ``local_steps`` steps from the common
+    parameters and state, then both are averaged, weighted by rows."""
+    step = mj.train_step(fn, optimizer)
+    starts = np.cumsum((0,) + trainer.shard_rows)
+    weights = trainer.weights()
+    params, state = {k: v.copy() for k, v in params.items()}, step.init(params)
+    for round_ in range(rounds):
+        first = round_ * trainer.local_steps
+        replicas = []
+        for shard, (start, n) in enumerate(zip(starts, trainer.shard_rows)):
+            p, s = {k: v.copy() for k, v in params.items()}, {k: (v.copy() if k == "step" else {
+                name: a.copy() for name, a in v.items()}) for k, v in state.items()}
+            for k in range(first, first + trainer.local_steps):
+                rows = start + mjd.minibatch_rows(trainer.seed, shard, k, n, trainer.batch_size)
+                step(p, s, x[rows], y[rows])
+            replicas.append((p, s))
+        average = lambda arrays: np.array(sum(w * a for w, a in zip(weights, arrays)))  # noqa: E731
+        params = {k: average([p[k] for p, _ in replicas]) for k in params}
+        state = {"step": replicas[0][1]["step"],
+                 **{slot: {k: average([s[slot][k] for _, s in replicas]) for k in params} for slot in optimizer.slots}}
+    return params
+
+
+def test_local_sgd_averages_parameters_and_state_every_local_steps(client):
+    params, x, y = problem()
+    optimizer = mj.optim.sgd(0.1, momentum=0.9)
+    trainer = mjd.data_parallel(logistic, optimizer, params, da.from_array(x), da.from_array(y),
+                                batch_size=50, local_steps=4, shards=3)
+    losses = [trainer.step() for _ in range(3)]
+    assert int(trainer.state["step"]) == 12 and all(np.isfinite(losses))
+    assert_same(trainer.params, local_sgd_reference(logistic, optimizer, params, trainer, x, y, rounds=3))
+
+
+def test_a_worker_that_cannot_import_the_loss_says_what_to_do(client):
+    module = type(sys)("module_only_the_client_has")
+    exec("import morphjit as mj\ndef loss(params, x):\n    return mj.sum(x @ params)\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        shipped = mjd.Shipped.of(module.loss)                     # pickled by reference to the module
+    finally:
+        del sys.modules[module.__name__]
+    with pytest.raises(ModuleNotFoundError, match="cannot import 'module_only_the_client_has'.*register_pickle_by_value"):
+        client.submit(mjd.compiled_loss, shipped).result()

@@ -1,0 +1,191 @@
+"""NaN and inf in the data reach the loss and the gradients, on both backends, as in NumPy.
+
+The compiled step is built with fast-math flags that let LLVM vectorise reductions; none of them
+may license a fold that drops a NaN or an inf (``x - x -> 0``, ``(x + y) - y -> x``,
+``x * 0 -> 0``). Algebraic identities are checked one by one, and every op of the op table is
+run on arguments with NaN and inf sprinkled in (driven by the cases of tests/test_ops.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import morphjit as mj
+from morphjit.ops import OPS
+
+import test_ops
+
+BACKENDS = ["numba", "interp"]
+NONFINITE = [np.nan, np.inf, -np.inf]
+
+# Identities that hold for finite numbers and not for NaN or inf: f(x, y) written with mj and np.
+IDENTITIES = {
+    "x - x": lambda m, x, y: x - x,
+    "x + -x": lambda m, x, y: x + -x,
+    "(x + y) - y": lambda m, x, y: (x + y) - y,
+    "(y + x) - y": lambda m, x, y: (y + x) - y,
+    "x * 0": lambda m, x, y: x * 0.0,
+    "0 * log(x)": lambda m, x, y: 0.0 * m.log(m.abs(x)),
+    "x / x": lambda m, x, y: x / x,
+    "y * x / x": lambda m, x, y: y * x / x,
+    "max(x, x) - x": lambda m, x, y: m.maximum(x, x) - x,
+    "min(x, y) - min(x, y)": lambda m, x, y: m.minimum(x, y) - m.minimum(x, y),
+    "sum(x - x)": lambda m, x, y: m.sum(x - x) + y,
+    "sum(x) - sum(x)": lambda m, x, y: m.sum(x) - m.sum(x) + y,
+    "mean(x) * 0": lambda m, x, y: m.mean(x, axis=-1, keepdims=True) * 0.0 + y,
+    "exp(x - x)": lambda m, x, y: m.exp(x - x),
+    "sqrt(x*x) - abs(x)": lambda m, x, y: m.sqrt(x * x) - m.abs(x),
+}
+
+
+def identity_loss(f):
+    """Loss of parameter ``w`` and data ``x, y``: the identity's value weighted by ``w`` (so its
+    gradient with respect to ``w`` is the identity's value, element by element), plus a sum."""
+    return lambda w, x, y: mj.sum(w * f(mj, x, y)) + mj.sum(y)
+
+
+def with_nonfinite(rng, shape, value, count=3):
+    x = rng.normal(size=shape)
+    x.flat[rng.choice(x.size, size=count, replace=False)] = value
+    return x
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("value", NONFINITE, ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("name", list(IDENTITIES))
+@pytest.mark.parametrize("where", ["x", "y"])
+def test_identities_keep_nan_and_inf(name, value, backend, where):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 16)), rng.normal(size=(64, 16))
+    (x if where == "x" else y).flat[[3, 70, 500]] = value
+    f = IDENTITIES[name]
+    with np.errstate(all="ignore"):
+        expected = f(np, x, y) * np.ones((64, 16))
+        expected_loss = np.sum(expected) + np.sum(y)
+    loss, grad = mj.compile_loss(identity_loss(f), backend=backend)(np.ones((64, 16)), x, y)
+    np.testing.assert_allclose(grad, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(loss, expected_loss, rtol=1e-12)
+
+
+def test_a_cancelled_difference_does_not_hide_a_nan_in_a_reduction():
+    """The issue's case: ``sum(z - z) + sum(w)`` with a NaN in ``z``."""
+    z, w = np.arange(8.0), np.ones(8)
+    z[3] = np.nan
+    for backend in BACKENDS:
+        loss, grad = mj.compile_loss(lambda p, z, w: mj.sum(z - z) + mj.sum(w * p), backend=backend)(w, z, w)
+        assert np.isnan(loss), backend
+        np.testing.assert_array_equal(grad, w)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every op of the op table, with NaN and inf in its float arguments
+
+def first_case_of_each_op():
+    """One case of tests/test_ops.py per op; its float arguments are the ones NaN and inf go in."""
+    cases = {}
+    for case in test_ops.CASES:
+        cases.setdefault(case.op, case)
+    assert set(cases) == set(OPS), f"ops without a case: {set(OPS) - set(cases)}"
+    return list(cases.values())
+
+
+def sprinkle(rng, a):
+    """``a`` with about a third of its elements replaced by NaN, inf or -inf (floats only)."""
+    a = np.array(a)
+    if a.dtype.kind != "f" or a.size == 0:
+        return a
+    hit = rng.random(a.shape) < 0.34
+    return np.where(hit, rng.choice(NONFINITE, size=a.shape), a).astype(a.dtype)
+
+
+def nonfinite_args(case, seed=0):
+    args, kw = test_ops._args(case, np.float64, seed)
+    rng = np.random.default_rng(seed)
+    return tuple(sprinkle(rng, a) for a in args), kw
+
+
+@pytest.mark.parametrize("case", first_case_of_each_op(), ids=lambda c: c.op)
+def test_every_op_propagates_nan_and_inf_like_numpy(case):
+    """Both backends compute the op's value on NaN/inf inputs as NumPy does: the op's result is
+    the gradient of ``sum(w * op(*args))`` with respect to ``w``."""
+    args, kw = nonfinite_args(case)
+    with np.errstate(all="ignore"):
+        expected = np.asarray(case.ref(*args, **kw))
+    if expected.dtype.kind != "f":  # comparisons and logic on NaN: their truth values as floats
+        expected = expected.astype(np.float64)
+    loss_fn = lambda w, *data: mj.sum(w * mj.astype(case.fn(*data, **kw), w.dtype))
+    w = np.ones(expected.shape, expected.dtype)
+    for backend in BACKENDS:
+        step = mj.compile_loss(loss_fn, backend=backend, static_shapes=True)
+        loss, grad = step(w, *args)
+        test_ops.assert_like_numpy(grad, expected, rtol=1e-12, scale=test_ops.magnitude(*args))
+        with np.errstate(all="ignore"):
+            np.testing.assert_allclose(loss, np.sum(expected), rtol=1e-12)
+
+
+def float_args(case) -> list[int]:
+    return [k for k, a in enumerate(test_ops._args(case, np.float64, 0)[0]) if np.asarray(a).dtype.kind == "f"]
+
+
+@pytest.mark.parametrize("case", [c for c in first_case_of_each_op() if float_args(c)], ids=lambda c: c.op)
+def test_every_op_has_the_same_nonfinite_gradients_on_both_backends(case):
+    args, kw = nonfinite_args(case, seed=1)
+    argnums = tuple(float_args(case))
+
+    def loss_fn(*a):
+        out = case.fn(*a, **kw)
+        return mj.sum(out) if out.dtype.kind == "f" else mj.sum(a[argnums[0]])
+
+    grads = [mj.compile_loss(loss_fn, argnums=argnums, backend=b, static_shapes=True)(*args)
+             for b in BACKENDS]
+    (value, grad), (ref_value, ref_grad) = grads
+    np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+    for g, r in zip(grad, ref_grad):
+        np.testing.assert_allclose(g, r, rtol=1e-10, atol=1e-10)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gradients at singular points: one answer on both backends (NaN, as in JAX and PyTorch)
+
+STD_AT_ZERO_SPREAD = {
+    "length-1 axis": (lambda w: mj.sum(mj.std(w, axis=1)), np.arange(4.0).reshape(4, 1)),
+    "constant vector": (lambda w: mj.std(w), np.full(8, 2.5)),
+    "constant rows": (lambda w: mj.sum(mj.std(w, axis=-1, keepdims=True)), np.full((4, 8), -1.0)),
+    "length-1 batch": (lambda w: mj.sum(mj.std(w, axis=0)), np.arange(3.0).reshape(1, 3)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(STD_AT_ZERO_SPREAD))
+def test_std_gradient_at_zero_spread_is_nan(name, backend):
+    """d std / dx = (x - mean) / (n std) is 0 / 0 where every value along the axis is equal."""
+    fn, w = STD_AT_ZERO_SPREAD[name]
+    loss, grad = mj.compile_loss(fn, backend=backend)(w)
+    assert loss == 0.0
+    assert np.isnan(grad).all(), grad
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_at_zero_spread_turns_a_trained_parameter_into_nan(backend):
+    step = mj.train_step(lambda p: mj.std(p["w"]), mj.optim.adam(0.1), backend=backend)
+    params = {"w": np.full(8, 2.5)}
+    step(params, step.init(params))
+    assert np.isnan(params["w"]).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_gradient_matches_finite_differences_where_defined(backend):
+    from gradcheck import check_loss_grads_fd
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(5, 7))
+    fn = lambda w: mj.sum(mj.std(w, axis=1) * np.arange(1.0, 6.0)) + mj.std(w)
+    _, grad = mj.compile_loss(fn, backend=backend)(w)
+    check_loss_grads_fd(lambda xs: fn(xs[0]), [w], [grad], rng=rng)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_over_a_length_1_axis_turns_a_trained_parameter_into_nan(backend):
+    step = mj.train_step(lambda p: mj.sum(mj.std(p["w"], axis=1)), mj.optim.sgd(0.1), backend=backend)
+    params = {"w": np.arange(3.0).reshape(3, 1)}
+    step(params, step.init(params))
+    assert np.isnan(params["w"]).all()
