@@ -247,7 +247,7 @@ class _Builder:
     # domain where it is smooth; the piecewise-constant ones where they are constant.
     EXTENDED_UNARY = {
         "expm1": "any", "exp2": "any", "sinh": "any", "cosh": "any", "arctan": "any", "arcsinh": "any",
-        "fabs": "any", "erf": "any", "erfc": "any", "stop_gradient": "any", "cbrt": "pos", "log2": "pos",
+        "fabs": "any", "erf": "any", "erfc": "any", "cbrt": "pos", "log2": "pos",
         "log10": "pos", "gammaln": "pos", "digamma": "pos", "arccosh": "pos", "tan": "unit", "arcsin": "unit",
         "arccos": "unit", "arctanh": "unit", "erfinv": "unit", "rint": "flat", "floor": "flat", "ceil": "flat",
         "trunc": "flat",
@@ -507,7 +507,7 @@ class _Builder:
 
 def _numpy_function(name):
     import scipy.special
-    return {"stop_gradient": lambda x: x}.get(name) or getattr(np, name, None) or getattr(scipy.special, name)
+    return getattr(np, name, None) or getattr(scipy.special, name)
 
 
 def _sigmoid(v):
