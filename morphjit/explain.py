@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import cache as disk_cache
-from . import feedback, vecmath
+from . import config, feedback, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
@@ -363,7 +363,7 @@ def summary(compiled) -> str:
     else:
         parts.append(_plural(n, "signature"))
         parts.append(_counts([len(s.plan.instructions) if s.plan is not None else 0 for s in steps], "instruction"))
-    if not (compiled.cache and disk_cache._caching_enabled_by_env()):
+    if not (compiled.cache and config.caching()):
         parts.append("disk cache off")
     elif n:
         on_disk = [module_file(s.run) is not None for s in steps if isinstance(s.run, NativeStep)]

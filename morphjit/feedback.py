@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import html
-import os
 import sys
 import threading
 import time
 
+from . import config
+
 STATUS_DELAY = 1.0      # seconds a compilation runs before the status line appears
 STATUS_PERIOD = 1.0     # seconds between updates of the elapsed time
-_OFF_VALUES = {"", "0", "false", "no", "off"}
 
 # How the machine code of a step was obtained at its first call.
 COMPILED = "compiled"   # numba compiled it (and stored it on disk if the cache is on)
@@ -75,9 +75,6 @@ NO_TIMINGS = _NoTimings()
 # The status line
 
 
-def quiet() -> bool:
-    """``MORPHJIT_QUIET`` is set (to anything but 0/false/no/off)."""
-    return os.environ.get("MORPHJIT_QUIET", "").strip().lower() not in _OFF_VALUES
 
 
 def _ipython_shell():
@@ -92,7 +89,7 @@ def _ipython_shell():
 def output_mode() -> str | None:
     """Where a status line goes: ``"display"`` (a Jupyter kernel), ``"stderr"`` (a terminal or a
     terminal IPython), or None (quiet, or output is not interactive)."""
-    if quiet():
+    if config.quiet():
         return None
     shell = _ipython_shell()
     if shell is not None:

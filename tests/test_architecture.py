@@ -104,3 +104,20 @@ def test_consumers_of_the_loop_ir_dispatch_through_tables():
 def test_the_isinstance_chain_check_sees_a_chain():
     chain = ast.parse("def f(e):\n    if isinstance(e, Load): pass\n    elif isinstance(e, (Apply, OneHot)): pass\n")
     assert kinds_tested(chain.body[0], loop_ir_kinds()) == {"Load", "Apply", "OneHot"}
+
+
+def environment_reads(module: str) -> list[str]:
+    """The ``MORPHJIT_*`` names in ``module`` that sit inside an ``os.environ``/``os.getenv`` read."""
+    reads = (ast.unparse(node) for node in ast.walk(source_of(module)) if isinstance(node, (ast.Call, ast.Subscript)))
+    return [text for text in reads if ("environ" in text or "getenv" in text) and "MORPHJIT_" in text]
+
+
+def test_only_the_config_module_reads_morphjit_variables():
+    offences = [f"{m}: {read}" for m in MODULES if m != "morphjit.config" for read in environment_reads(m)]
+    assert not offences, "read MORPHJIT_* variables through morphjit.config:\n" + "\n".join(offences)
+
+
+def test_the_environment_check_sees_a_read(tmp_path, monkeypatch):
+    (tmp_path / "m.py").write_text("import os\nx = os.environ.get('MORPHJIT_CACHE', '1')\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert environment_reads("morphjit.m") == ["os.environ.get('MORPHJIT_CACHE', '1')"]
