@@ -297,7 +297,10 @@ def leaf_signature(leaf):
 
 
 @dataclass(frozen=True)
-class CacheInfo:
+class CallStats:
+    """What ``cache_info()`` of a compiled loss or training step reports (the disk cache's own
+    summary is ``cache.CacheInfo``, from ``mj.cache_info()``)."""
+
     hits: int                       # calls served by a step already in memory
     misses: int                     # calls that traced a new signature
     signatures: tuple[str, ...]     # the input types of each signature held
@@ -521,19 +524,24 @@ class CompiledLoss:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
         return list({id(s): s for s in self._steps.values()}.values())
 
-    def cache_info(self) -> CacheInfo:
+    def cache_info(self) -> CallStats:
         steps = self.steps()
         sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in steps)
         loads = sum(isinstance(s.run, NativeStep) and disk_cache.loaded_from_disk(s.run.kernel) for s in steps)
-        return CacheInfo(self._hits, self._misses, sigs, loads)
+        return CallStats(self._hits, self._misses, sigs, loads)
+
+    def step_for(self, *args) -> tuple[Step, list]:
+        """The step that runs for ``args`` (compiled now if it was not yet; not counted as a call)
+        and the leaves of ``args`` it takes."""
+        return self._step(args, count=False)
 
     def program(self, *args) -> Program:
         """The joint program that runs for ``args``."""
-        return self._step(args, count=False)[0].program
+        return self.step_for(*args)[0].program
 
     def source(self, *args) -> str:
         """The generated source of the step that runs for ``args`` (numba backend)."""
-        step = self._step(args, count=False)[0]
+        step = self.step_for(*args)[0]
         if step.source is None:
             raise ValueError(f"backend={self.backend!r} generates no source; use backend='numba'")
         return step.source

@@ -323,7 +323,7 @@ def explain(compiled, args) -> Explanation:
     """The report for ``compiled`` (a `CompiledLoss`) at ``args``; compiles and runs it once if the
     step's machine code is not there yet, so that every stage has its time."""
     __tracebackhide__ = True  # noqa: F841
-    step, leaves = compiled._step(args, count=False)
+    step, leaves = compiled.step_for(*args)
     native = step.run if isinstance(step.run, NativeStep) else None
     if native is not None and step.timings is not None and step.timings.origin is None:
         step.run(*leaves)

@@ -315,8 +315,8 @@ def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: 
                 check_aliasing):
     """``f(args, scalars) -> loss`` for a training step, or ``None`` when the arguments do not fit.
 
-    ``args`` is ``(params, slot trees, data)``: its first ``n_written`` leaves (parameters, then
-    optimiser slots) are updated in place. The kernel takes parameters, data, slots, then the
+    ``args`` is ``(params, state trees, data)``: its first ``n_written`` leaves (parameters, then
+    optimiser state) are updated in place. The kernel takes parameters, data, state, then the
     run-time ``scalars``; ``check_aliasing(written, data)`` raises when arrays overlap.
     """
     src = FastPath(step)
@@ -326,8 +326,8 @@ def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: 
             leaves = src.bind(treedef, "args", "x")
         except Unspellable:
             return None
-        params, slots, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
-        kernel = step.input_dtypes    # parameters, data, slots, scalars
+        params, state, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
+        kernel = step.input_dtypes    # parameters, data, state, scalars
         n_data = len(data)
         dtypes = kernel[:n_params] + kernel[n_params + n_data:n_written + n_data] + kernel[n_params:n_params + n_data]
         fixed = src.check_inputs(leaves, leaf_signatures, dtypes, batched, range(n_written))
@@ -337,6 +337,6 @@ def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: 
         scalars = [f"c{k}" for k in range(len(step.scalar_dtypes))]
         assign = [f"{''.join(c + ', ' for c in scalars)}= ws.scalars",
                   f"{''.join(c + '[0], ' for c in scalars)}= scalars"] if scalars else []
-        src.call(params + data + slots + scalars + fixed + ["o0"] + params + slots, before=assign)
+        src.call(params + data + state + scalars + fixed + ["o0"] + params + state, before=assign)
         src.line("return loss")
     return src.function()

@@ -1,7 +1,7 @@
 """``mj.train_step``: the loss, its gradients and the optimiser update in one compiled call.
 
 The training program is the joint program with the optimiser's update rule appended for each
-parameter. Its outputs are the loss, the new parameters and the new optimiser slots; the step
+parameter. Its outputs are the loss, the new parameters and the new optimiser state; the step
 writes them over the arrays passed in, so a parameter's update runs as a loop over its gradient
 right after that gradient is final, and no gradient array is ever handed back to Python.
 """
@@ -18,7 +18,7 @@ import numpy as np
 from . import array_api as A
 from . import interp, pytree
 from . import cache as disk_cache
-from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
+from .compiler import (BACKENDS, CallStats, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
                        compile_plan, joint_program, label_error, leaf_signature, name_hint, native_step, trace_loss)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
@@ -33,27 +33,27 @@ STEP = "step"   # the state entry counting the updates done
 def training_program(joint: Program, optimizer: Optimizer) -> Program:
     """Append the update of each differentiated input (the first ``len(grads)`` inputs).
 
-    Inputs: the joint program's, then each optimiser slot of each parameter (slot by slot), then
-    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new slots.
+    Inputs: the joint program's, then the optimiser state of each parameter (name by name), then
+    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new state.
     """
     grads = joint.outputs[1:]
     params = joint.inputs[:len(grads)]
     t = Trace()
     t.bindings, t.consts = list(joint.bindings), list(joint.consts)
-    slots = {name: [Var(p.type) for p in params] for name in optimizer.slots}
+    state = {name: [Var(p.type) for p in params] for name in optimizer.state_names}
     scalars = [Var(TensorType((), np.float64)) for _ in optimizer.scalar_names]
-    new_params, new_slots = [], {name: [] for name in optimizer.slots}
+    new_params, new_state = [], {name: [] for name in optimizer.state_names}
     for k, (p, g) in enumerate(zip(params, grads)):
         cast = tuple(A.astype(Tracer(t, s), p.dtype) for s in scalars)
         new_p, updated = optimizer.update(Tracer(t, p), Tracer(t, g),
-                                          {name: Tracer(t, vs[k]) for name, vs in slots.items()}, cast)
+                                          {name: Tracer(t, vs[k]) for name, vs in state.items()}, cast)
         new_params.append(new_p)
-        for name in optimizer.slots:
-            new_slots[name].append(updated[name])
+        for name in optimizer.state_names:
+            new_state[name].append(updated[name])
     t.closed = True
-    updated = new_params + [x for name in optimizer.slots for x in new_slots[name]]
+    updated = new_params + [x for name in optimizer.state_names for x in new_state[name]]
     return joint.replace(
-        inputs=joint.inputs + tuple(v for name in optimizer.slots for v in slots[name]) + tuple(scalars),
+        inputs=joint.inputs + tuple(v for name in optimizer.state_names for v in state[name]) + tuple(scalars),
         bindings=tuple(t.bindings), outputs=(joint.outputs[0],) + tuple(t.operand(x, lift_literals=True)
                                                                          for x in updated),
         consts=tuple(t.consts))
@@ -82,12 +82,12 @@ class TrainStep:
         self._written = WrittenArrays((), [], set())
 
     def init(self, params) -> dict:
-        """Fresh optimiser state for ``params``: the step count and zeroed slots."""
+        """Fresh optimiser state for ``params``: the step count and zeroed state arrays."""
         leaves, treedef = pytree.flatten(params)
         for path, x in zip(pytree.leaf_paths(treedef, "params"), leaves):
             check_updatable(path, x)
         state = {STEP: np.zeros((), np.int64)}
-        for name in self.optimizer.slots:
+        for name in self.optimizer.state_names:
             state[name] = pytree.unflatten(treedef, [np.zeros_like(x) for x in leaves])
         return state
 
@@ -96,7 +96,7 @@ class TrainStep:
         step_count = self._check_state(state)
         lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
-        args = (params, [state[name] for name in self.optimizer.slots], data)
+        args = (params, [state[name] for name in self.optimizer.state_names], data)
         try:
             loss = None if self._fast is None else self._fast(args, scalars)
         except ValueError as error:
@@ -118,7 +118,7 @@ class TrainStep:
                 if run is None:
                     run = self._runs[key] = self._run_for(*args)
         self._fast = run.fast
-        updated = run.n_params + run.n_slots
+        updated = run.n_params + run.n_state
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
         inputs = written[:run.n_params] + data_leaves + written[run.n_params:] + list(scalars)
@@ -134,18 +134,18 @@ class TrainStep:
         run = self._runs.get(pytree.keyed_flatten(args, leaves, leaf_signature))
         if run is None:
             return error
-        return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_slots:]) or error
+        return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_state:]) or error
 
-    def cache_info(self) -> CacheInfo:
+    def cache_info(self) -> CallStats:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
         input types of each compiled step."""
         runs = list({id(r): r for r in self._runs.values()}.values())
         signatures = tuple(" ".join(str(v.type) for v in r.program.inputs) for r in runs)
         loads = sum(r.native is not None and disk_cache.loaded_from_disk(r.native.kernel) for r in runs)
-        return CacheInfo(self._calls - self._misses, self._misses, signatures, loads)
+        return CallStats(self._calls - self._misses, self._misses, signatures, loads)
 
     def _check_state(self, state) -> int:
-        expected = {STEP, *self.optimizer.slots}
+        expected = {STEP, *self.optimizer.state_names}
         if not isinstance(state, dict) or set(state) != expected:
             raise TracingError(f"state must be the dict made by step.init(params), with keys "
                                f"{sorted(expected)}; got {type(state).__name__}"
@@ -155,11 +155,11 @@ class TrainStep:
             raise TracingError(f"state[{STEP!r}] must be the 0-d integer array made by step.init")
         return int(count)
 
-    def _run_for(self, params, slot_trees, data) -> "CompiledUpdate":
+    def _run_for(self, params, state_trees, data) -> "CompiledUpdate":
         """The compiled update for these arguments' signature (checked here, once per signature)."""
         args = (params,) + tuple(data)
         spec, leaves = arg_spec(self.fn, args, 0)
-        paths, data_paths = self._check_signature(spec, leaves, slot_trees)
+        paths, data_paths = self._check_signature(spec, leaves, state_trees)
         batched = self._shapes.batched(spec, leaves)
         run = self._shapes.find(spec, leaves, batched)
         if run is None:
@@ -168,19 +168,19 @@ class TrainStep:
                                      lambda batched: self._compile(args, spec, batched))
             run.paths, run.data_paths = paths, data_paths
             if run.native is not None:
-                run.fast = self._fast_path(run, (params, slot_trees, data), len(spec.wrt))
+                run.fast = self._fast_path(run, (params, state_trees, data), len(spec.wrt))
         return run
 
     def _fast_path(self, run: "CompiledUpdate", args, n_params: int):
-        """The generated fast path of ``run``, taking ``args = (params, slot trees, data)``."""
+        """The generated fast path of ``run``, taking ``args = (params, state trees, data)``."""
         leaves, treedef = pytree.flatten(args)
         written = len(run.paths)
-        batched = frozenset(k + written - n_params for k in run.batched)   # data come after the slots
+        batched = frozenset(k + written - n_params for k in run.batched)   # data come after the state
         return fast_update(treedef, [leaf_signature(x) for x in leaves], run.native, batched, written,
                            n_params, lambda w, d: self._check_aliasing(w, d, run))
 
-    def _check_signature(self, spec, leaves, slot_trees) -> tuple[list[str], list[str]]:
-        """Check parameters and optimiser slots; the paths of the arrays updated in place and of
+    def _check_signature(self, spec, leaves, state_trees) -> tuple[list[str], list[str]]:
+        """Check parameters and optimiser state; the paths of the arrays updated in place and of
         the data leaves."""
         n_params = spec.arg_treedef(0).num_leaves
         param_tree = spec.arg_treedef(0)
@@ -188,25 +188,25 @@ class TrainStep:
         paths, data_paths = every[:n_params], every[n_params:]
         for path, x in zip(paths, leaves[:n_params]):
             check_updatable(path, x)
-        for name, tree in zip(self.optimizer.slots, slot_trees):
-            slot_leaves, slot_tree = pytree.flatten(tree)
-            slot_paths = pytree.leaf_paths(slot_tree, f"state[{name!r}]")
-            if slot_tree != param_tree:
-                raise TracingError(f"state[{name!r}] has the structure {slot_tree}, but params has "
+        for name, tree in zip(self.optimizer.state_names, state_trees):
+            state_leaves, state_tree = pytree.flatten(tree)
+            state_paths = pytree.leaf_paths(state_tree, f"state[{name!r}]")
+            if state_tree != param_tree:
+                raise TracingError(f"state[{name!r}] has the structure {state_tree}, but params has "
                                    f"{param_tree}; make the state with step.init(params)")
-            for path, x, p in zip(slot_paths, slot_leaves, leaves[:n_params]):
+            for path, x, p in zip(state_paths, state_leaves, leaves[:n_params]):
                 check_updatable(path, x)
                 if x.shape != p.shape or x.dtype != p.dtype:
                     raise DtypeError(f"{path} is {x.dtype}{list(x.shape)} but its parameter is "
                                      f"{p.dtype}{list(p.shape)}; make the state with step.init(params)")
-            paths = paths + slot_paths
+            paths = paths + state_paths
         return paths, data_paths
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
         forward = trace_loss(self.fn, args, spec, batched)
         program = training_program(joint_program(forward, spec.wrt), self.optimizer)
         n_params = len(spec.wrt)
-        run = CompiledUpdate(program, n_params, len(self.optimizer.slots) * n_params, self.optimizer.scalar_names,
+        run = CompiledUpdate(program, n_params, len(self.optimizer.state_names) * n_params, self.optimizer.scalar_names,
                              self.backend, name_hint(self.fn), self.cache)
         run.batched = batched
         return run
@@ -282,14 +282,14 @@ class CompiledUpdate:
     batched: frozenset      # the indices (among parameters and data) of the batched leaves
     fast = None             # the generated fast path
 
-    def __init__(self, program: Program, n_params, n_slots, scalar_names, backend, hint, cache):
-        self.program, self.n_params, self.n_slots = program, n_params, n_slots
+    def __init__(self, program: Program, n_params, n_state, scalar_names, backend, hint, cache):
+        self.program, self.n_params, self.n_state = program, n_params, n_state
         if backend == "interp":
             self.native = None
             return
         plan = compile_plan(program)
-        slots_end = len(program.inputs) - len(scalar_names)
-        updated = program.inputs[:n_params] + program.inputs[slots_end - n_slots:slots_end]
+        state_end = len(program.inputs) - len(scalar_names)
+        updated = program.inputs[:n_params] + program.inputs[state_end - n_state:state_end]
         write_in_place(plan, zip(updated, plan.outputs[1:]))
         self.native, self.source = native_step(plan, hint, cache, n_scalars=len(scalar_names))
 

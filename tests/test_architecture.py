@@ -121,3 +121,24 @@ def test_the_environment_check_sees_a_read(tmp_path, monkeypatch):
     (tmp_path / "m.py").write_text("import os\nx = os.environ.get('MORPHJIT_CACHE', '1')\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
     assert environment_reads("morphjit.m") == ["os.environ.get('MORPHJIT_CACHE', '1')"]
+
+
+def private_reach_ins(module: str) -> list[str]:
+    """``alias._name`` in ``module`` where ``alias`` names a sibling module it imported."""
+    tree = source_of(module)
+    aliases = {a.asname or a.name for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None for a in node.names}
+    return [ast.unparse(node) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+            and node.attr.startswith("_") and not node.attr.startswith("__")]
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    offences = [f"{m}: {use}" for m in MODULES for use in private_reach_ins(m)]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_reach_in_check_sees_one(tmp_path, monkeypatch):
+    (tmp_path / "m.py").write_text("from . import cache as disk_cache\nx = disk_cache._caching()\ny = disk_cache.__name__\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert private_reach_ins("morphjit.m") == ["disk_cache._caching"]
