@@ -4,22 +4,19 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, feedback, interp, passes, pytree
+from . import feedback, interp, pipeline, pytree
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError
 from .ir import Program, Specialize, batch_size, evaluate, is_float
-from .lower import lower
-from .plan import make_plan
+from .pipeline import number_sequences
 from .runtime import NativeStep, fast_call
-from .trace import argument_names, trace_with_tree
+from .trace import argument_names
 from .tracebacks import trimmed
-from .vjp import vjp
 
 BACKENDS = ("numba", "interp")
 SPECIALISED = "specialised"   # a signature whose program needs the concrete batch size
@@ -66,24 +63,6 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     return ArgSpec(treedef, argnums_t, wrt), leaves
 
 
-def number_sequences(tree, path: str) -> list[tuple[str, str]]:
-    """The paths (and kinds) of the lists and tuples in ``tree`` that hold only numbers, nested
-    or not: arrays written as Python sequences, whose numbers would be leaves of their own."""
-    if type(tree) in (list, tuple) and is_numbers(tree):
-        return [(path, type(tree).__name__)]
-    if type(tree) is dict:
-        return [found for k in sorted(tree) for found in number_sequences(tree[k], f"{path}[{k!r}]")]
-    if type(tree) in (list, tuple):
-        return [found for k, child in enumerate(tree) for found in number_sequences(child, f"{path}[{k}]")]
-    return []
-
-
-def is_numbers(x) -> bool:
-    if type(x) in (list, tuple):
-        return len(x) > 0 and all(map(is_numbers, x))
-    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
-
-
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
     nums = tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
     for n in nums:
@@ -125,81 +104,6 @@ def check_differentiable(leaf, path: str) -> None:
         raise DtypeError(f"{path} is differentiated but is a {leaf.dtype} array; only float32 and "
                          f"float64 arrays have gradients (pass labels and masks as data arguments, "
                          f"or choose the differentiated arguments with argnums)")
-
-
-def trace_loss(fn, args, spec: ArgSpec, batched=frozenset()) -> Program:
-    """The forward program of ``fn``, checked to return one float scalar; the leading extent of
-    the leaves in ``batched`` is the symbolic batch size."""
-    try:
-        program, out_tree = trace_with_tree(fn, args, batched)
-    except TracingError as error:
-        sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
-                     for found in number_sequences(arg, name)]
-        if not sequences:
-            raise
-        path, kind = sequences[0]
-        raise TracingError(f"{error.message}. Note: {path} is a Python {kind}, whose numbers are traced "
-                           f"one by one; to use it as an array, pass np.asarray({path})", error.loc) from None
-    if out_tree.num_leaves != 1:
-        raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
-                           f"({out_tree.num_leaves} arrays)")
-    (loss,) = program.outputs
-    loc = next((b.loc for b in program.bindings if b.out is loss), None)
-    if loss.shape != ():
-        raise ShapeError(f"{fn.__name__} must return a scalar loss, but returned {loss.type}; "
-                         f"reduce it, for example with .mean() or .sum()", loc)
-    if not is_float(loss.dtype):
-        raise DtypeError(f"{fn.__name__} must return a float loss, but returned {loss.type}", loc)
-    return program
-
-
-def joint_program(forward: Program, wrt, timings=feedback.NO_TIMINGS) -> Program:
-    """Forward and backward in one program: outputs are the loss and one gradient per ``wrt``."""
-    with timings.stage("vjp"):
-        joint = vjp(forward, wrt)
-    with timings.stage("passes"):
-        return passes.optimize(joint)
-
-
-def compile_plan(joint: Program, timings=feedback.NO_TIMINGS):
-    """The replay plan of a joint program: composites lowered, optimised again, fused, planned."""
-    with timings.stage("plan"):
-        return make_plan(passes.optimize(lower(joint)))
-
-
-def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS, n_scalars=0) -> tuple[NativeStep, str]:
-    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry;
-    the last ``n_scalars`` inputs are run-time scalars."""
-    with timings.stage("codegen"):
-        source, arguments = codegen.render(plan)
-    with timings.stage("load"):
-        kernel = load_kernel(source, hint, cache)
-    return NativeStep(plan, kernel, arguments, n_scalars), source
-
-
-RECENT_KERNELS = 16   # disk-cached kernels kept in memory after the last step calling them is gone
-_recent_kernels: OrderedDict = OrderedDict()   # (source, hint) -> dispatcher, the last used at the end
-_recent_lock = threading.Lock()
-
-
-def load_kernel(source: str, hint: str, cache: bool):
-    """The entry dispatcher of the module ``source``. With ``cache``, one of the `RECENT_KERNELS`
-    loaded last is reused with its machine code (a re-run notebook cell starts at once); the others
-    are released with the last step that calls them, and come back from the disk cache."""
-    key = (source, hint)
-    if cache:
-        with _recent_lock:
-            kernel = _recent_kernels.get(key)
-            if kernel is not None:
-                _recent_kernels.move_to_end(key)
-                return kernel
-    kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
-    if cache:
-        with _recent_lock:
-            _recent_kernels[key] = kernel
-            while len(_recent_kernels) > RECENT_KERNELS:
-                _recent_kernels.popitem(last=False)
-    return kernel
 
 
 def name_hint(fn) -> str:
@@ -279,7 +183,7 @@ class StepsByShape:
 def grad_program(fn, *args, argnums=0) -> Program:
     """The joint forward+backward program of ``fn`` at ``args``, for printing."""
     spec, _ = arg_spec(fn, args, argnums)
-    return joint_program(trace_loss(fn, args, spec), spec.wrt)
+    return pipeline.run(pipeline.FRONT, pipeline.Build(fn, args, spec)).program
 
 
 # ---------------------------------------------------------------------------------------------
@@ -507,18 +411,17 @@ class CompiledLoss:
         return step
 
     def _compile(self, args, leaves, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
-        with timings.stage("trace"):
-            forward = trace_loss(self.fn, args, spec, batched)
-        program = joint_program(forward, spec.wrt, timings)
+        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache)
         if self.backend == "interp":
-            run = functools.partial(run_reference, program, argument_paths(self.fn, spec.treedef))
-            return Step(spec, program, run, forward=forward, timings=timings)
-        plan = compile_plan(program, timings)
-        native, source = native_step(plan, name_hint(self.fn), self.cache, timings)
+            pipeline.run(pipeline.FRONT, build, timings)
+            run = functools.partial(run_reference, build.program, argument_paths(self.fn, spec.treedef))
+            return Step(spec, build.program, run, forward=build.forward, timings=timings)
+        pipeline.run(pipeline.NATIVE, build, timings)
+        native = NativeStep(build.plan, build.kernel, build.arguments)
         feedback.watch_first_call(native, timings, status)
         fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
                          [spec.arg_treedef(i) for i in spec.argnums], self._single, native, batched)
-        return Step(spec, program, native, source, fast, forward, plan, timings)
+        return Step(spec, build.program, native, build.source, fast, build.forward, build.plan, timings)
 
     def steps(self) -> list[Step]:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import cache as disk_cache
-from . import config, feedback, vecmath
+from . import config, feedback, pipeline, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
@@ -21,14 +21,7 @@ from .loopir import Alias, Gemm, LabelCheck, Nest, RowNest
 from .plan import Plan
 from .runtime import NativeStep
 
-STAGE_LABELS = {
-    "trace": "trace (forward program)",
-    "vjp": "vjp (reverse mode)",
-    "passes": "passes (simplify, CSE, DCE)",
-    "plan": "plan (lower, fuse, buffers)",
-    "codegen": "codegen (source)",
-    "load": "module load",
-}
+STAGE_LABELS = {stage.name: stage.label for stage in pipeline.NATIVE}
 NUMBA_LABELS = {feedback.COMPILED: "numba compile", feedback.DISK: "numba disk-cache load",
                 feedback.MEMORY: "numba (already in memory)", None: "numba"}
 

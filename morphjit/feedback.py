@@ -39,11 +39,11 @@ class Timings:
     def __init__(self):
         self.stages: dict[str, float] = {}
         self.origin: str | None = None   # COMPILED, DISK, MEMORY; None until the first call (or interp)
-        self.current: str | None = None  # the stage running now
+        self.current: str | None = None  # the title of the stage running now
 
     @contextlib.contextmanager
-    def stage(self, name: str):
-        self.current = name
+    def stage(self, name: str, title: str | None = None):
+        self.current = title or name
         start = time.perf_counter()
         try:
             yield
@@ -64,7 +64,7 @@ class _NoTimings(Timings):
     """Records nothing (the default of the pipeline functions)."""
 
     @contextlib.contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str, title: str | None = None):
         yield
 
 
@@ -174,7 +174,7 @@ class Status:
 
     def _running_text(self) -> str:
         stage = self.timings.current if self.timings is not None else None
-        what = f"{STAGE_TITLES.get(stage, stage)}, " if stage else ""
+        what = f"{stage}, " if stage else ""
         return f"morphjit: compiling {self.name!r} ({what}{self.elapsed():.0f} s) ..."
 
     def _write(self, text: str, final: bool) -> None:
@@ -199,17 +199,6 @@ class Status:
             display(bundle, raw=True, display_id=self._handle)
         else:
             update_display(bundle, raw=True, display_id=self._handle)
-
-
-STAGE_TITLES = {
-    "trace": "tracing",
-    "vjp": "reverse mode",
-    "passes": "optimising",
-    "plan": "planning",
-    "codegen": "generating code",
-    "load": "loading the module",
-    "numba": "numba",
-}
 
 
 # ---------------------------------------------------------------------------------------------

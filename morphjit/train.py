@@ -16,15 +16,15 @@ from typing import NamedTuple
 import numpy as np
 
 from . import array_api as A
-from . import interp, pytree
+from . import interp, pipeline, pytree
 from . import cache as disk_cache
 from .compiler import (BACKENDS, CallStats, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
-                       compile_plan, joint_program, label_error, leaf_signature, name_hint, native_step, trace_loss)
+                       label_error, leaf_signature, name_hint)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
 from .plan import write_in_place
-from .runtime import fast_update
+from .runtime import NativeStep, fast_update
 from .trace import Trace, Tracer
 
 STEP = "step"   # the state entry counting the updates done
@@ -57,6 +57,30 @@ def training_program(joint: Program, optimizer: Optimizer) -> Program:
         bindings=tuple(t.bindings), outputs=(joint.outputs[0],) + tuple(t.operand(x, lift_literals=True)
                                                                          for x in updated),
         consts=tuple(t.consts))
+
+
+def training_stages(optimizer: Optimizer, native: bool) -> tuple:
+    """The pipeline of a training step: the optimiser update after the joint program's passes
+    and, for the native backend, the in-place writes after the plan."""
+    update = pipeline.Stage("update", "adding the optimiser update", "optimiser update",
+                            functools.partial(update_stage, optimizer), "program")
+    if not native:
+        return pipeline.inserted(pipeline.FRONT, pipeline.PASSES, update)
+    in_place = pipeline.Stage("write_in_place", "planning", "in-place updates",
+                              functools.partial(in_place_stage, optimizer), "plan")
+    return pipeline.inserted(pipeline.inserted(pipeline.NATIVE, pipeline.PASSES, update), pipeline.PLAN, in_place)
+
+
+def update_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
+    build.program = training_program(build.program, optimizer)
+
+
+def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
+    """Plan each new parameter and state array into the array it replaces."""
+    inputs, n_params = build.program.inputs, len(build.spec.wrt)
+    end = len(inputs) - len(optimizer.scalar_names)
+    updated = inputs[:n_params] + inputs[end - len(optimizer.state_names) * n_params:end]
+    write_in_place(build.plan, zip(updated, build.plan.outputs[1:]))
 
 
 class TrainStep:
@@ -203,11 +227,11 @@ class TrainStep:
         return paths, data_paths
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
-        forward = trace_loss(self.fn, args, spec, batched)
-        program = training_program(joint_program(forward, spec.wrt), self.optimizer)
+        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache)
+        pipeline.run(training_stages(self.optimizer, native=self.backend != "interp"), build)
         n_params = len(spec.wrt)
-        run = CompiledUpdate(program, n_params, len(self.optimizer.state_names) * n_params, self.optimizer.scalar_names,
-                             self.backend, name_hint(self.fn), self.cache)
+        run = CompiledUpdate(build, n_params, len(self.optimizer.state_names) * n_params,
+                             len(self.optimizer.scalar_names))
         run.batched = batched
         return run
 
@@ -282,16 +306,9 @@ class CompiledUpdate:
     batched: frozenset      # the indices (among parameters and data) of the batched leaves
     fast = None             # the generated fast path
 
-    def __init__(self, program: Program, n_params, n_state, scalar_names, backend, hint, cache):
-        self.program, self.n_params, self.n_state = program, n_params, n_state
-        if backend == "interp":
-            self.native = None
-            return
-        plan = compile_plan(program)
-        state_end = len(program.inputs) - len(scalar_names)
-        updated = program.inputs[:n_params] + program.inputs[state_end - n_state:state_end]
-        write_in_place(plan, zip(updated, plan.outputs[1:]))
-        self.native, self.source = native_step(plan, hint, cache, n_scalars=len(scalar_names))
+    def __init__(self, build: pipeline.Build, n_params: int, n_state: int, n_scalars: int):
+        self.program, self.n_params, self.n_state, self.source = build.program, n_params, n_state, build.source
+        self.native = None if build.kernel is None else NativeStep(build.plan, build.kernel, build.arguments, n_scalars)
 
     def label_error(self, inputs: list) -> ValueError | None:
         """The error for an out-of-range class label among the parameters and data of ``inputs``."""
