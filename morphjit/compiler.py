@@ -180,6 +180,63 @@ class StepsByShape:
             raise mismatch from error
 
 
+class CallSite:
+    """The compiled steps of one function by call signature, shared by `CompiledLoss` and
+    `train.TrainStep`: steps by leaf signature (several may share a polymorphic step, see
+    `StepsByShape`), the lock under which one thread compiles a new signature while the others
+    calling with it wait, the call statistics, and the generated fast path of the step called last."""
+
+    def __init__(self, static_shapes: bool):
+        self.by_leaves: dict = {}       # a call's leaf signatures -> its step
+        self.shapes = StepsByShape(static_shapes)
+        self.hits = self.misses = 0
+        self.fast = None                # the fast path of the step called last, or None
+        self.compiling = threading.RLock()
+
+    def find(self, args):
+        """The step of ``args``' leaf signature (None if there is none yet) and their leaves."""
+        leaves = []
+        return self.by_leaves.get(pytree.keyed_flatten(args, leaves, leaf_signature)), leaves
+
+    def step(self, args, new, count=True):
+        """The step for ``args`` and their leaves; a new leaf signature gets ``new(leaves)``
+        (which uses `of_shapes`), called by one thread while the others wait for its step."""
+        leaves = []
+        key = pytree.keyed_flatten(args, leaves, leaf_signature)
+        step = self.by_leaves.get(key)
+        if step is None:
+            with self.compiling:
+                step = self.by_leaves.get(key)
+                if step is None:
+                    step = self.by_leaves[key] = new(leaves)
+                    return step, leaves
+        self.hits += count
+        return step, leaves
+
+    def of_shapes(self, fn, spec: ArgSpec, leaves, compile, count=True, on_miss=lambda: None):
+        """The step for a new leaf signature: the polymorphic step that serves it at another batch
+        size (a hit), or ``compile(batched)`` (a miss; see `StepsByShape.build`)."""
+        batched = self.shapes.batched(spec, leaves)
+        step = self.shapes.find(spec, leaves, batched)
+        if step is not None:
+            self.hits += count
+            return step
+        self.misses += count
+        on_miss()
+        return self.shapes.build(fn, spec, leaves, batched, compile)
+
+    def steps(self) -> list:
+        """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
+        return list({id(s): s for s in self.by_leaves.values()}.values())
+
+    def stats(self, kernel_of) -> CallStats:
+        """The call statistics; ``kernel_of(step)`` is its dispatcher, or None (interp)."""
+        steps = self.steps()
+        signatures = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in steps)
+        loads = sum(k is not None and disk_cache.loaded_from_disk(k) for k in map(kernel_of, steps))
+        return CallStats(self.hits, self.misses, signatures, loads)
+
+
 def grad_program(fn, *args, argnums=0) -> Program:
     """The joint forward+backward program of ``fn`` at ``args``, for printing."""
     spec, _ = arg_spec(fn, args, argnums)
@@ -316,11 +373,7 @@ class CompiledLoss:
         functools.update_wrapper(self, fn)
         self.fn, self.argnums, self.backend, self.cache = fn, argnums, backend, cache
         self._single = not isinstance(argnums, (tuple, list))
-        self._steps: dict = {}     # a call's leaf signatures -> its step
-        self._shapes = StepsByShape(static_shapes)
-        self._hits = self._misses = 0
-        self._fast = None  # the generated fast path of the signature called last
-        self._compiling = threading.RLock()   # held while a new signature is traced and compiled
+        self._site = CallSite(static_shapes)
 
     def __call__(self, *args, out=None, **kwargs):
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
@@ -329,16 +382,17 @@ class CompiledLoss:
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
         if kwargs:
             args = self._positional(args, kwargs)
-        if self._fast is not None:
+        site = self._site
+        if site.fast is not None:
             try:
-                result = self._fast(args, out)
+                result = site.fast(args, out)
             except ValueError as error:
                 raise self._explained(error, args) from None
             if result is not None:
-                self._hits += 1
+                site.hits += 1
                 return result
         step, leaves = self._step(args)
-        self._fast = step.fast
+        site.fast = step.fast
         paths = argument_paths(self.fn, step.spec.treedef)
         try:
             if out is not None:
@@ -367,23 +421,11 @@ class CompiledLoss:
         return bound.args
 
     def _step(self, args, count=True):
-        leaves = []
-        key = pytree.keyed_flatten(args, leaves, leaf_signature)
-        step = self._steps.get(key)
-        if step is None:
-            __tracebackhide__ = True  # noqa: F841
-            # One thread traces and compiles a new signature; others calling with it meanwhile
-            # wait for that step instead of compiling their own.
-            with self._compiling:
-                step = self._steps.get(key)
-                if step is None:
-                    try:
-                        step = self._steps[key] = self._step_of_shapes(args, leaves, count)
-                    except BaseException as error:
-                        raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
-                    return step, leaves
-        self._hits += count
-        return step, leaves
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return self._site.step(args, lambda leaves: self._step_of_shapes(args, leaves, count), count)
+        except BaseException as error:
+            raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
 
     def _step_of_shapes(self, args, leaves, count) -> Step:
         """The step for a new leaf signature: the polymorphic step that serves it at another batch
@@ -392,15 +434,9 @@ class CompiledLoss:
         status = feedback.Status(self.__name__, timings)  # "compiling..." if it takes long
         try:
             spec, _ = arg_spec(self.fn, args, self.argnums)
-            batched = self._shapes.batched(spec, leaves)
-            step = self._shapes.find(spec, leaves, batched)
-            if step is not None:
-                self._hits += count
-                return step
-            self._misses += count
-            status.start()
-            step = self._shapes.build(self.fn, spec, leaves, batched,
-                                      lambda batched: self._compile(args, leaves, spec, batched, timings, status))
+            step = self._site.of_shapes(self.fn, spec, leaves, count=count, on_miss=status.start,
+                                        compile=lambda batched: self._compile(args, leaves, spec, batched,
+                                                                              timings, status))
         except BaseException:
             status.finish(failed=True)
             raise
@@ -425,13 +461,10 @@ class CompiledLoss:
 
     def steps(self) -> list[Step]:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
-        return list({id(s): s for s in self._steps.values()}.values())
+        return self._site.steps()
 
     def cache_info(self) -> CallStats:
-        steps = self.steps()
-        sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in steps)
-        loads = sum(isinstance(s.run, NativeStep) and disk_cache.loaded_from_disk(s.run.kernel) for s in steps)
-        return CallStats(self._hits, self._misses, sigs, loads)
+        return self._site.stats(lambda s: s.run.kernel if isinstance(s.run, NativeStep) else None)
 
     def step_for(self, *args) -> tuple[Step, list]:
         """The step that runs for ``args`` (compiled now if it was not yet; not counted as a call)

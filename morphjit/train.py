@@ -10,15 +10,13 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
-import threading
 from typing import NamedTuple
 
 import numpy as np
 
 from . import array_api as A
 from . import interp, pipeline, pytree
-from . import cache as disk_cache
-from .compiler import (BACKENDS, CallStats, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
+from .compiler import (BACKENDS, CallSite, CallStats, CompiledLoss, arg_spec, argument_paths, check_plain,
                        label_error, leaf_signature, name_hint)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
@@ -95,11 +93,7 @@ class TrainStep:
         self.fn = loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn
         functools.update_wrapper(self, self.fn)
         self.optimizer, self.backend, self.cache = optimizer, backend, cache
-        self._runs: dict = {}         # a call's leaf signatures -> its compiled update
-        self._compiling = threading.RLock()   # held while a new signature is checked and compiled
-        self._calls = self._misses = 0
-        self._shapes = StepsByShape(static_shapes)
-        self._fast = None             # the generated fast path of the step called last
+        self._site = CallSite(static_shapes)   # the compiled updates by call signature
         # The arrays of the last call's check (kept alive), their sorted (start, end, path) byte
         # ranges and the ids of the owners of their memory: one tuple, replaced at once, so that a
         # call in another thread never sees the ranges of one call's arrays with another's.
@@ -121,27 +115,22 @@ class TrainStep:
         lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
         args = (params, [state[name] for name in self.optimizer.state_names], data)
+        site = self._site
         try:
-            loss = None if self._fast is None else self._fast(args, scalars)
+            loss = None if site.fast is None else site.fast(args, scalars)
         except ValueError as error:
             raise self._explained(error, args) from None
         if loss is None:
             loss = self._checked_call(args, scalars)
-        self._calls += 1
+        else:
+            site.hits += 1
         state[STEP][...] = step_count + 1
         return loss
 
     def _checked_call(self, args, scalars):
         """The slow path: find (or compile) the step for the arguments' signature, check, run."""
-        leaves = []
-        key = pytree.keyed_flatten(args, leaves, leaf_signature)
-        run = self._runs.get(key)
-        if run is None:
-            with self._compiling:   # other threads calling with a new signature wait for its compilation
-                run = self._runs.get(key)
-                if run is None:
-                    run = self._runs[key] = self._run_for(*args)
-        self._fast = run.fast
+        run, leaves = self._site.step(args, lambda leaves: self._run_for(*args))
+        self._site.fast = run.fast
         updated = run.n_params + run.n_state
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
@@ -154,8 +143,7 @@ class TrainStep:
     def _explained(self, error: ValueError, args) -> ValueError:
         """``error``, raised by a step, or the failed class-label check it stands for with the
         argument, the value and its index."""
-        leaves = []
-        run = self._runs.get(pytree.keyed_flatten(args, leaves, leaf_signature))
+        run, leaves = self._site.find(args)
         if run is None:
             return error
         return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_state:]) or error
@@ -163,10 +151,11 @@ class TrainStep:
     def cache_info(self) -> CallStats:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
         input types of each compiled step."""
-        runs = list({id(r): r for r in self._runs.values()}.values())
-        signatures = tuple(" ".join(str(v.type) for v in r.program.inputs) for r in runs)
-        loads = sum(r.native is not None and disk_cache.loaded_from_disk(r.native.kernel) for r in runs)
-        return CallStats(self._calls - self._misses, self._misses, signatures, loads)
+        return self._site.stats(lambda run: run.native and run.native.kernel)
+
+    def steps(self) -> list["CompiledUpdate"]:
+        """The compiled updates, each once (a polymorphic one serves several leaf signatures)."""
+        return self._site.steps()
 
     def _check_state(self, state) -> int:
         expected = {STEP, *self.optimizer.state_names}
@@ -184,16 +173,14 @@ class TrainStep:
         args = (params,) + tuple(data)
         spec, leaves = arg_spec(self.fn, args, 0)
         paths, data_paths = self._check_signature(spec, leaves, state_trees)
-        batched = self._shapes.batched(spec, leaves)
-        run = self._shapes.find(spec, leaves, batched)
-        if run is None:
-            self._misses += 1
-            run = self._shapes.build(self.fn, spec, leaves, batched,
-                                     lambda batched: self._compile(args, spec, batched))
+
+        def compile(batched) -> CompiledUpdate:
+            run = self._compile(args, spec, batched)
             run.paths, run.data_paths = paths, data_paths
             if run.native is not None:
                 run.fast = self._fast_path(run, (params, state_trees, data), len(spec.wrt))
-        return run
+            return run
+        return self._site.of_shapes(self.fn, spec, leaves, compile)
 
     def _fast_path(self, run: "CompiledUpdate", args, n_params: int):
         """The generated fast path of ``run``, taking ``args = (params, state trees, data)``."""
