@@ -1,4 +1,9 @@
-"""The pipeline (trace -> vjp -> passes -> backend) and the ``@compile_loss`` decorator."""
+"""The call site: argument checks, the signature cache shared with ``train_step`` (`CallSite`,
+`StepsByShape`) and the ``@compile_loss`` decorator; the stages themselves are in ``pipeline.py``.
+
+Over 450 lines because the argument checks (paths, subclasses, ``out=``, class labels) live here
+with the call they guard; they are the next thing to move out (a ``checks`` module) if it grows.
+"""
 from __future__ import annotations
 
 import functools
