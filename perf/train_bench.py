@@ -99,7 +99,7 @@ class NumpyUpdate:
 
     def __init__(self, opt: Opt, params: dict):
         self.opt, self.t = opt, 0
-        self.slots = {name: {k: np.zeros_like(p) for k, p in params.items()} for name in opt.state_names}
+        self.slots = {name: {k: np.zeros_like(p) for k, p in params.items()} for name in opt.slots}
         self.tmp = {k: np.empty_like(p) for k, p in params.items()}
 
     def reset(self):
@@ -253,7 +253,7 @@ def build_jax(wl, opt, params, data):
     def reset():
         cur["p"] = {k: jax.device_put(np.array(v)) for k, v in params.items()}
         cur["s"] = dict(count=jnp.zeros((), jnp.int32), **{s: {k: jnp.zeros_like(v) for k, v in cur["p"].items()}
-                                                          for s in opt.state_names})
+                                                          for s in opt.slots})
 
     def call():
         value, cur["p"], cur["s"] = step(cur["p"], cur["s"], *jdata)
