@@ -64,7 +64,7 @@ from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexData
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
-from . import vecmath
+from . import config, vecmath
 
 _PREFIX = "mj_"
 _ENTRY_NAME = re.compile(r"(mj_[A-Za-z0-9_]{1,40}_[0-9a-f]{16})\.")
@@ -73,7 +73,6 @@ _KEY_FILE = "key"
 _KEY_BYTES = 32
 _MAC_BYTES = 32  # HMAC-SHA256
 _FORMAT = 2  # of the files; part of every entry's name
-_OFF_VALUES = {"0", "false", "no", "off"}
 _DEFAULT_MAX_SIZE = "1G"
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -113,7 +112,7 @@ def load_module(source: str, *, name_hint: str = "step", cache: bool = True) -> 
     safely or written, or, read only, does not hold the program.
     """
     name = _module_name(source, name_hint)
-    if not (cache and _caching_enabled_by_env()):
+    if not (cache and config.caching()):
         return _module_in_memory(source, name)
     directory = cache_dir()
     max_bytes = cache_max_size()
@@ -147,7 +146,7 @@ def loaded_from_disk(dispatcher: Dispatcher) -> bool:
 
 def cache_dir() -> Path:
     """The cache directory named by the environment right now."""
-    explicit = os.environ.get("MORPHJIT_CACHE_DIR")
+    explicit = config.cache_dir()
     if explicit:
         return Path(os.path.abspath(os.path.expanduser(explicit)))
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -158,7 +157,7 @@ def cache_dir() -> Path:
 
 def cache_max_size() -> int:
     """The bound on the cache's bytes, from ``MORPHJIT_CACHE_MAX_SIZE`` (default 1G)."""
-    text = os.environ.get("MORPHJIT_CACHE_MAX_SIZE", "").strip() or _DEFAULT_MAX_SIZE
+    text = config.cache_max_size() or _DEFAULT_MAX_SIZE
     try:
         return parse_size(text)
     except ValueError as exc:
@@ -225,10 +224,6 @@ def _versions() -> str:
     return (f"cache format={_FORMAT} morphjit={morphjit_version} numba={numba.__version__} "
             f"numpy={numpy.__version__} llvmlite={llvmlite.__version__} python={sys.version} "
             f"{vecmath.cache_key()}")
-
-
-def _caching_enabled_by_env() -> bool:
-    return os.environ.get("MORPHJIT_CACHE", "1").strip().lower() not in _OFF_VALUES
 
 
 def _home() -> str:

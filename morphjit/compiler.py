@@ -1,25 +1,27 @@
-"""The pipeline (trace -> vjp -> passes -> backend) and the ``@compile_loss`` decorator."""
+"""The call site: argument checks, the signature cache shared with ``train_step`` (`CallSite`,
+`StepsByShape`) and the ``@compile_loss`` decorator; the stages themselves are in ``pipeline.py``.
+
+Over 450 lines because the argument checks (paths, subclasses, ``out=``, class labels) live here
+with the call they guard; they are the next thing to move out (a ``checks`` module) if it grows.
+"""
 from __future__ import annotations
 
 import functools
 import inspect
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, feedback, interp, passes, pytree
+from . import feedback, interp, pipeline, pytree
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError
 from .ir import Program, Specialize, batch_size, evaluate, is_float
-from .lower import lower
-from .plan import make_plan
+from .pipeline import number_sequences
 from .runtime import NativeStep, fast_call
-from .trace import argument_names, trace_with_tree
+from .trace import argument_names
 from .tracebacks import trimmed
-from .vjp import vjp
 
 BACKENDS = ("numba", "interp")
 SPECIALISED = "specialised"   # a signature whose program needs the concrete batch size
@@ -66,24 +68,6 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     return ArgSpec(treedef, argnums_t, wrt), leaves
 
 
-def number_sequences(tree, path: str) -> list[tuple[str, str]]:
-    """The paths (and kinds) of the lists and tuples in ``tree`` that hold only numbers, nested
-    or not: arrays written as Python sequences, whose numbers would be leaves of their own."""
-    if type(tree) in (list, tuple) and is_numbers(tree):
-        return [(path, type(tree).__name__)]
-    if type(tree) is dict:
-        return [found for k in sorted(tree) for found in number_sequences(tree[k], f"{path}[{k!r}]")]
-    if type(tree) in (list, tuple):
-        return [found for k, child in enumerate(tree) for found in number_sequences(child, f"{path}[{k}]")]
-    return []
-
-
-def is_numbers(x) -> bool:
-    if type(x) in (list, tuple):
-        return len(x) > 0 and all(map(is_numbers, x))
-    return isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
-
-
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
     nums = tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
     for n in nums:
@@ -125,81 +109,6 @@ def check_differentiable(leaf, path: str) -> None:
         raise DtypeError(f"{path} is differentiated but is a {leaf.dtype} array; only float32 and "
                          f"float64 arrays have gradients (pass labels and masks as data arguments, "
                          f"or choose the differentiated arguments with argnums)")
-
-
-def trace_loss(fn, args, spec: ArgSpec, batched=frozenset()) -> Program:
-    """The forward program of ``fn``, checked to return one float scalar; the leading extent of
-    the leaves in ``batched`` is the symbolic batch size."""
-    try:
-        program, out_tree = trace_with_tree(fn, args, batched)
-    except TracingError as error:
-        sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
-                     for found in number_sequences(arg, name)]
-        if not sequences:
-            raise
-        path, kind = sequences[0]
-        raise TracingError(f"{error.message}. Note: {path} is a Python {kind}, whose numbers are traced "
-                           f"one by one; to use it as an array, pass np.asarray({path})", error.loc) from None
-    if out_tree.num_leaves != 1:
-        raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
-                           f"({out_tree.num_leaves} arrays)")
-    (loss,) = program.outputs
-    loc = next((b.loc for b in program.bindings if b.out is loss), None)
-    if loss.shape != ():
-        raise ShapeError(f"{fn.__name__} must return a scalar loss, but returned {loss.type}; "
-                         f"reduce it, for example with .mean() or .sum()", loc)
-    if not is_float(loss.dtype):
-        raise DtypeError(f"{fn.__name__} must return a float loss, but returned {loss.type}", loc)
-    return program
-
-
-def joint_program(forward: Program, wrt, timings=feedback.NO_TIMINGS) -> Program:
-    """Forward and backward in one program: outputs are the loss and one gradient per ``wrt``."""
-    with timings.stage("vjp"):
-        joint = vjp(forward, wrt)
-    with timings.stage("passes"):
-        return passes.optimize(joint)
-
-
-def compile_plan(joint: Program, timings=feedback.NO_TIMINGS):
-    """The replay plan of a joint program: composites lowered, optimised again, fused, planned."""
-    with timings.stage("plan"):
-        return make_plan(passes.optimize(lower(joint)))
-
-
-def native_step(plan, hint: str, cache: bool, timings=feedback.NO_TIMINGS, n_scalars=0) -> tuple[NativeStep, str]:
-    """Render a plan, load its module (from the disk cache when ``cache``) and wrap its entry;
-    the last ``n_scalars`` inputs are run-time scalars."""
-    with timings.stage("codegen"):
-        source, arguments = codegen.render(plan)
-    with timings.stage("load"):
-        kernel = load_kernel(source, hint, cache)
-    return NativeStep(plan, kernel, arguments, n_scalars), source
-
-
-RECENT_KERNELS = 16   # disk-cached kernels kept in memory after the last step calling them is gone
-_recent_kernels: OrderedDict = OrderedDict()   # (source, hint) -> dispatcher, the last used at the end
-_recent_lock = threading.Lock()
-
-
-def load_kernel(source: str, hint: str, cache: bool):
-    """The entry dispatcher of the module ``source``. With ``cache``, one of the `RECENT_KERNELS`
-    loaded last is reused with its machine code (a re-run notebook cell starts at once); the others
-    are released with the last step that calls them, and come back from the disk cache."""
-    key = (source, hint)
-    if cache:
-        with _recent_lock:
-            kernel = _recent_kernels.get(key)
-            if kernel is not None:
-                _recent_kernels.move_to_end(key)
-                return kernel
-    kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
-    if cache:
-        with _recent_lock:
-            _recent_kernels[key] = kernel
-            while len(_recent_kernels) > RECENT_KERNELS:
-                _recent_kernels.popitem(last=False)
-    return kernel
 
 
 def name_hint(fn) -> str:
@@ -276,10 +185,67 @@ class StepsByShape:
             raise mismatch from error
 
 
+class CallSite:
+    """The compiled steps of one function by call signature, shared by `CompiledLoss` and
+    `train.TrainStep`: steps by leaf signature (several may share a polymorphic step, see
+    `StepsByShape`), the lock under which one thread compiles a new signature while the others
+    calling with it wait, the call statistics, and the generated fast path of the step called last."""
+
+    def __init__(self, static_shapes: bool):
+        self.by_leaves: dict = {}       # a call's leaf signatures -> its step
+        self.shapes = StepsByShape(static_shapes)
+        self.hits = self.misses = 0
+        self.fast = None                # the fast path of the step called last, or None
+        self.compiling = threading.RLock()
+
+    def find(self, args):
+        """The step of ``args``' leaf signature (None if there is none yet) and their leaves."""
+        leaves = []
+        return self.by_leaves.get(pytree.keyed_flatten(args, leaves, leaf_signature)), leaves
+
+    def step(self, args, new, count=True):
+        """The step for ``args`` and their leaves; a new leaf signature gets ``new(leaves)``
+        (which uses `of_shapes`), called by one thread while the others wait for its step."""
+        leaves = []
+        key = pytree.keyed_flatten(args, leaves, leaf_signature)
+        step = self.by_leaves.get(key)
+        if step is None:
+            with self.compiling:
+                step = self.by_leaves.get(key)
+                if step is None:
+                    step = self.by_leaves[key] = new(leaves)
+                    return step, leaves
+        self.hits += count
+        return step, leaves
+
+    def of_shapes(self, fn, spec: ArgSpec, leaves, compile, count=True, on_miss=lambda: None):
+        """The step for a new leaf signature: the polymorphic step that serves it at another batch
+        size (a hit), or ``compile(batched)`` (a miss; see `StepsByShape.build`)."""
+        batched = self.shapes.batched(spec, leaves)
+        step = self.shapes.find(spec, leaves, batched)
+        if step is not None:
+            self.hits += count
+            return step
+        self.misses += count
+        on_miss()
+        return self.shapes.build(fn, spec, leaves, batched, compile)
+
+    def steps(self) -> list:
+        """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
+        return list({id(s): s for s in self.by_leaves.values()}.values())
+
+    def stats(self, kernel_of) -> CallStats:
+        """The call statistics; ``kernel_of(step)`` is its dispatcher, or None (interp)."""
+        steps = self.steps()
+        signatures = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in steps)
+        loads = sum(k is not None and disk_cache.loaded_from_disk(k) for k in map(kernel_of, steps))
+        return CallStats(self.hits, self.misses, signatures, loads)
+
+
 def grad_program(fn, *args, argnums=0) -> Program:
     """The joint forward+backward program of ``fn`` at ``args``, for printing."""
     spec, _ = arg_spec(fn, args, argnums)
-    return joint_program(trace_loss(fn, args, spec), spec.wrt)
+    return pipeline.run(pipeline.FRONT, pipeline.Build(fn, args, spec)).program
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,7 +263,10 @@ def leaf_signature(leaf):
 
 
 @dataclass(frozen=True)
-class CacheInfo:
+class CallStats:
+    """What ``cache_info()`` of a compiled loss or training step reports (the disk cache's own
+    summary is ``cache.CacheInfo``, from ``mj.cache_info()``)."""
+
     hits: int                       # calls served by a step already in memory
     misses: int                     # calls that traced a new signature
     signatures: tuple[str, ...]     # the input types of each signature held
@@ -408,12 +377,9 @@ class CompiledLoss:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         functools.update_wrapper(self, fn)
         self.fn, self.argnums, self.backend, self.cache = fn, argnums, backend, cache
+        self.static_shapes = static_shapes
         self._single = not isinstance(argnums, (tuple, list))
-        self._steps: dict = {}     # a call's leaf signatures -> its step
-        self._shapes = StepsByShape(static_shapes)
-        self._hits = self._misses = 0
-        self._fast = None  # the generated fast path of the signature called last
-        self._compiling = threading.RLock()   # held while a new signature is traced and compiled
+        self._site = CallSite(static_shapes)
 
     def __call__(self, *args, out=None, **kwargs):
         """``(loss, grads)``; with ``out=`` (a tree shaped like ``grads``) the gradients are written
@@ -422,16 +388,17 @@ class CompiledLoss:
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
         if kwargs:
             args = self._positional(args, kwargs)
-        if self._fast is not None:
+        site = self._site
+        if site.fast is not None:
             try:
-                result = self._fast(args, out)
+                result = site.fast(args, out)
             except ValueError as error:
                 raise self._explained(error, args) from None
             if result is not None:
-                self._hits += 1
+                site.hits += 1
                 return result
         step, leaves = self._step(args)
-        self._fast = step.fast
+        site.fast = step.fast
         paths = argument_paths(self.fn, step.spec.treedef)
         try:
             if out is not None:
@@ -460,23 +427,11 @@ class CompiledLoss:
         return bound.args
 
     def _step(self, args, count=True):
-        leaves = []
-        key = pytree.keyed_flatten(args, leaves, leaf_signature)
-        step = self._steps.get(key)
-        if step is None:
-            __tracebackhide__ = True  # noqa: F841
-            # One thread traces and compiles a new signature; others calling with it meanwhile
-            # wait for that step instead of compiling their own.
-            with self._compiling:
-                step = self._steps.get(key)
-                if step is None:
-                    try:
-                        step = self._steps[key] = self._step_of_shapes(args, leaves, count)
-                    except BaseException as error:
-                        raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
-                    return step, leaves
-        self._hits += count
-        return step, leaves
+        __tracebackhide__ = True  # noqa: F841
+        try:
+            return self._site.step(args, lambda leaves: self._step_of_shapes(args, leaves, count), count)
+        except BaseException as error:
+            raise trimmed(error)  # morphjit's frames left out; MORPHJIT_TRACEBACK=full shows them
 
     def _step_of_shapes(self, args, leaves, count) -> Step:
         """The step for a new leaf signature: the polymorphic step that serves it at another batch
@@ -485,15 +440,9 @@ class CompiledLoss:
         status = feedback.Status(self.__name__, timings)  # "compiling..." if it takes long
         try:
             spec, _ = arg_spec(self.fn, args, self.argnums)
-            batched = self._shapes.batched(spec, leaves)
-            step = self._shapes.find(spec, leaves, batched)
-            if step is not None:
-                self._hits += count
-                return step
-            self._misses += count
-            status.start()
-            step = self._shapes.build(self.fn, spec, leaves, batched,
-                                      lambda batched: self._compile(args, leaves, spec, batched, timings, status))
+            step = self._site.of_shapes(self.fn, spec, leaves, count=count, on_miss=status.start,
+                                        compile=lambda batched: self._compile(args, leaves, spec, batched,
+                                                                              timings, status))
         except BaseException:
             status.finish(failed=True)
             raise
@@ -504,36 +453,37 @@ class CompiledLoss:
         return step
 
     def _compile(self, args, leaves, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
-        with timings.stage("trace"):
-            forward = trace_loss(self.fn, args, spec, batched)
-        program = joint_program(forward, spec.wrt, timings)
+        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache)
         if self.backend == "interp":
-            run = functools.partial(run_reference, program, argument_paths(self.fn, spec.treedef))
-            return Step(spec, program, run, forward=forward, timings=timings)
-        plan = compile_plan(program, timings)
-        native, source = native_step(plan, name_hint(self.fn), self.cache, timings)
+            pipeline.run(pipeline.FRONT, build, timings)
+            run = functools.partial(run_reference, build.program, argument_paths(self.fn, spec.treedef))
+            return Step(spec, build.program, run, forward=build.forward, timings=timings)
+        pipeline.run(pipeline.NATIVE, build, timings)
+        native = NativeStep(build.plan, build.kernel, build.arguments)
         feedback.watch_first_call(native, timings, status)
         fast = fast_call(spec.treedef, [leaf_signature(x) for x in leaves],
                          [spec.arg_treedef(i) for i in spec.argnums], self._single, native, batched)
-        return Step(spec, program, native, source, fast, forward, plan, timings)
+        return Step(spec, build.program, native, build.source, fast, build.forward, build.plan, timings)
 
     def steps(self) -> list[Step]:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
-        return list({id(s): s for s in self._steps.values()}.values())
+        return self._site.steps()
 
-    def cache_info(self) -> CacheInfo:
-        steps = self.steps()
-        sigs = tuple(" ".join(str(v.type) for v in s.program.inputs) for s in steps)
-        loads = sum(isinstance(s.run, NativeStep) and disk_cache.loaded_from_disk(s.run.kernel) for s in steps)
-        return CacheInfo(self._hits, self._misses, sigs, loads)
+    def cache_info(self) -> CallStats:
+        return self._site.stats(lambda s: s.run.kernel if isinstance(s.run, NativeStep) else None)
+
+    def step_for(self, *args) -> tuple[Step, list]:
+        """The step that runs for ``args`` (compiled now if it was not yet; not counted as a call)
+        and the leaves of ``args`` it takes."""
+        return self._step(args, count=False)
 
     def program(self, *args) -> Program:
         """The joint program that runs for ``args``."""
-        return self._step(args, count=False)[0].program
+        return self.step_for(*args)[0].program
 
     def source(self, *args) -> str:
         """The generated source of the step that runs for ``args`` (numba backend)."""
-        step = self._step(args, count=False)[0]
+        step = self.step_for(*args)[0]
         if step.source is None:
             raise ValueError(f"backend={self.backend!r} generates no source; use backend='numba'")
         return step.source

@@ -112,7 +112,7 @@ class Shipped:
                 raise ValueError("mj.dask differentiates the first argument (params); compile the "
                                  "loss with argnums=0")
             fn = loss.fn
-            options = {"backend": loss.backend, "cache": loss.cache, "static_shapes": loss._shapes.static_shapes}
+            options = {"backend": loss.backend, "cache": loss.cache, "static_shapes": loss.static_shapes}
         elif callable(loss):
             fn, options = loss, {}
         else:
@@ -391,12 +391,12 @@ def apply_update(optimizer: Optimizer, replica, averaged):
     params, slots, step = replica
     grads = averaged[1]
     lr = optimizer.learning_rate(step)
-    new_params, new_slots = [], {name: [] for name in optimizer.slots}
+    new_params, new_slots = [], {name: [] for name in optimizer.state_names}
     for k, (p, g) in enumerate(zip(params, grads)):
         scalars = tuple(p.dtype.type(s) for s in optimizer.scalars(step, lr))
-        new_p, updated = optimizer.update(p, g, {name: slots[name][k] for name in optimizer.slots}, scalars)
+        new_p, updated = optimizer.update(p, g, {name: slots[name][k] for name in optimizer.state_names}, scalars)
         new_params.append(np.array(new_p, p.dtype, order="C"))
-        for name in optimizer.slots:
+        for name in optimizer.state_names:
             new_slots[name].append(np.array(updated[name], p.dtype, order="C"))
     return new_params, new_slots, step + 1
 
@@ -410,13 +410,13 @@ def local_part(shipped: Shipped, optimizer: Optimizer, replica, treedef, weight,
     leaves, slots, first = replica
     copied = lambda arrays: pytree.unflatten(treedef, [np.array(x, copy=True) for x in arrays])  # noqa: E731
     params = copied(leaves)
-    state = {"step": np.array(first, np.int64), **{name: copied(slots[name]) for name in optimizer.slots}}
+    state = {"step": np.array(first, np.int64), **{name: copied(slots[name]) for name in optimizer.state_names}}
     losses = []
     for step in range(first, first + local_steps):
         rows = minibatch_rows(seed, shard, step, len(blocks[0]), batch_size)
         batch = blocks if rows is None else [b[rows] for b in blocks]
         losses.append(float(train(params, state, *batch, lr=optimizer.learning_rate(step))))
-    arrays = pytree.flatten(params)[0] + [x for name in optimizer.slots for x in pytree.flatten(state[name])[0]]
+    arrays = pytree.flatten(params)[0] + [x for name in optimizer.state_names for x in pytree.flatten(state[name])[0]]
     return weight * float(np.mean(losses)), [np.asarray(x * x.dtype.type(weight)) for x in arrays]
 
 
@@ -459,7 +459,7 @@ class DataParallel:
         self._shipped = ship(self.client, self.shipped)
         self.step_count = 0
         self._seed_replicas(([np.array(x, copy=True) for x in leaves],
-                             {name: [np.zeros_like(x) for x in leaves] for name in optimizer.slots}, 0))
+                             {name: [np.zeros_like(x) for x in leaves] for name in optimizer.state_names}, 0))
 
     def _seed_replicas(self, replica) -> None:
         """Every shard's replica made from ``replica`` (a task: recomputable if a worker dies)."""
@@ -512,7 +512,7 @@ class DataParallel:
                                     self.seed, r, self.batch_size, self.local_steps, *shard, pure=False)
                  for r, (replica, shard, weight) in enumerate(zip(self.replicas, self.shards, self.weights()))]
         averaged = tree_sum(self.client, parts, 8)
-        replica = self.client.submit(averaged_replica, averaged, self.optimizer.slots,
+        replica = self.client.submit(averaged_replica, averaged, self.optimizer.state_names,
                                      self.step_count + self.local_steps, pure=False)
         self.replicas = [replica] * len(self.shards)
         return averaged
@@ -544,7 +544,7 @@ class DataParallel:
         """The optimiser state, in the layout of ``mj.train_step``'s ``init``."""
         _, slots, step = self._identical_replica()
         state = {"step": np.array(step, np.int64)}
-        state.update({name: pytree.unflatten(self.treedef, slots[name]) for name in self.optimizer.slots})
+        state.update({name: pytree.unflatten(self.treedef, slots[name]) for name in self.optimizer.state_names})
         return state
 
 

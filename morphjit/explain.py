@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import cache as disk_cache
-from . import feedback, vecmath
+from . import config, feedback, pipeline, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
@@ -21,14 +21,7 @@ from .loopir import Alias, Gemm, Lapack, Nest, RangeCheck, RowNest, ScatterAdd
 from .plan import Plan
 from .runtime import NativeStep
 
-STAGE_LABELS = {
-    "trace": "trace (forward program)",
-    "vjp": "vjp (reverse mode)",
-    "passes": "passes (simplify, CSE, DCE)",
-    "plan": "plan (lower, fuse, buffers)",
-    "codegen": "codegen (source)",
-    "load": "module load",
-}
+STAGE_LABELS = {stage.name: stage.label for stage in pipeline.NATIVE}
 NUMBA_LABELS = {feedback.COMPILED: "numba compile", feedback.DISK: "numba disk-cache load",
                 feedback.MEMORY: "numba (already in memory)", None: "numba"}
 
@@ -325,7 +318,7 @@ def explain(compiled, args) -> Explanation:
     """The report for ``compiled`` (a `CompiledLoss`) at ``args``; compiles and runs it once if the
     step's machine code is not there yet, so that every stage has its time."""
     __tracebackhide__ = True  # noqa: F841
-    step, leaves = compiled._step(args, count=False)
+    step, leaves = compiled.step_for(*args)
     native = step.run if isinstance(step.run, NativeStep) else None
     if native is not None and step.timings is not None and step.timings.origin is None:
         step.run(*leaves)
@@ -365,7 +358,7 @@ def summary(compiled) -> str:
     else:
         parts.append(_plural(n, "signature"))
         parts.append(_counts([len(s.plan.instructions) if s.plan is not None else 0 for s in steps], "instruction"))
-    if not (compiled.cache and disk_cache._caching_enabled_by_env()):
+    if not (compiled.cache and config.caching()):
         parts.append("disk cache off")
     elif n:
         on_disk = [module_file(s.run) is not None for s in steps if isinstance(s.run, NativeStep)]

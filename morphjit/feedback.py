@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import html
-import os
 import sys
 import threading
 import time
 
+from . import config
+
 STATUS_DELAY = 1.0      # seconds a compilation runs before the status line appears
 STATUS_PERIOD = 1.0     # seconds between updates of the elapsed time
-_OFF_VALUES = {"", "0", "false", "no", "off"}
 
 # How the machine code of a step was obtained at its first call.
 COMPILED = "compiled"   # numba compiled it (and stored it on disk if the cache is on)
@@ -39,11 +39,11 @@ class Timings:
     def __init__(self):
         self.stages: dict[str, float] = {}
         self.origin: str | None = None   # COMPILED, DISK, MEMORY; None until the first call (or interp)
-        self.current: str | None = None  # the stage running now
+        self.current: str | None = None  # the title of the stage running now
 
     @contextlib.contextmanager
-    def stage(self, name: str):
-        self.current = name
+    def stage(self, name: str, title: str | None = None):
+        self.current = title or name
         start = time.perf_counter()
         try:
             yield
@@ -64,7 +64,7 @@ class _NoTimings(Timings):
     """Records nothing (the default of the pipeline functions)."""
 
     @contextlib.contextmanager
-    def stage(self, name: str):
+    def stage(self, name: str, title: str | None = None):
         yield
 
 
@@ -75,9 +75,6 @@ NO_TIMINGS = _NoTimings()
 # The status line
 
 
-def quiet() -> bool:
-    """``MORPHJIT_QUIET`` is set (to anything but 0/false/no/off)."""
-    return os.environ.get("MORPHJIT_QUIET", "").strip().lower() not in _OFF_VALUES
 
 
 def _ipython_shell():
@@ -92,7 +89,7 @@ def _ipython_shell():
 def output_mode() -> str | None:
     """Where a status line goes: ``"display"`` (a Jupyter kernel), ``"stderr"`` (a terminal or a
     terminal IPython), or None (quiet, or output is not interactive)."""
-    if quiet():
+    if config.quiet():
         return None
     shell = _ipython_shell()
     if shell is not None:
@@ -177,7 +174,7 @@ class Status:
 
     def _running_text(self) -> str:
         stage = self.timings.current if self.timings is not None else None
-        what = f"{STAGE_TITLES.get(stage, stage)}, " if stage else ""
+        what = f"{stage}, " if stage else ""
         return f"morphjit: compiling {self.name!r} ({what}{self.elapsed():.0f} s) ..."
 
     def _write(self, text: str, final: bool) -> None:
@@ -202,17 +199,6 @@ class Status:
             display(bundle, raw=True, display_id=self._handle)
         else:
             update_display(bundle, raw=True, display_id=self._handle)
-
-
-STAGE_TITLES = {
-    "trace": "tracing",
-    "vjp": "reverse mode",
-    "passes": "optimising",
-    "plan": "planning",
-    "codegen": "generating code",
-    "load": "loading the module",
-    "numba": "numba",
-}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,13 +22,14 @@ LearningRate = float | Callable[[int], float]
 
 
 class Optimizer:
-    """An update rule: ``update(p, g, slots, scalars) -> (new p, new slots)``.
+    """An update rule: ``update(p, g, state, scalars) -> (new p, new state)``.
 
-    ``slots`` names the per-parameter state arrays (zero-initialised, shaped like the
-    parameter); ``scalars(step)`` gives the run-time scalars of a step (learning rate first).
+    ``state_names`` names the per-parameter state arrays (zero-initialised, shaped like the
+    parameter; the keys of ``step.init(params)`` besides ``"step"``); ``scalars(step)`` gives
+    the run-time scalars of a step (learning rate first).
     """
 
-    slots: tuple[str, ...] = ()
+    state_names: tuple[str, ...] = ()
     scalar_names: tuple[str, ...] = ("lr",)
 
     def __init__(self, lr: LearningRate, **hyper: float):
@@ -55,8 +56,13 @@ class Optimizer:
         """What the compiled program depends on: the rule and its constant hyperparameters."""
         return (type(self).__name__,) + tuple(sorted(self.hyper.items()))
 
-    def update(self, p, g, slots: dict, scalars: tuple):
+    def update(self, p, g, state: dict, scalars: tuple):
         raise NotImplementedError
+
+    @property
+    def slots(self) -> tuple[str, ...]:
+        """The former name of ``state_names``, kept for code written against it."""
+        return self.state_names
 
     def __repr__(self) -> str:
         hyper = "".join(f", {k}={v!r}" for k, v in self.hyper.items())
@@ -82,22 +88,22 @@ class SGD(Optimizer):
         if nesterov and not momentum:
             raise ValueError("nesterov=True needs a momentum > 0")
         super().__init__(lr, momentum=float(momentum), nesterov=bool(nesterov), weight_decay=float(weight_decay))
-        self.slots = ("momentum",) if momentum else ()
+        self.state_names = ("momentum",) if momentum else ()
 
-    def update(self, p, g, slots, scalars):
+    def update(self, p, g, state, scalars):
         (lr,) = scalars
         h = self.hyper
         if h["weight_decay"]:
             g = g + h["weight_decay"] * p
         if h["momentum"]:
-            buf = h["momentum"] * slots["momentum"] + g
+            buf = h["momentum"] * state["momentum"] + g
             g = g + h["momentum"] * buf if h["nesterov"] else buf
-            slots = {"momentum": buf}
-        return p - lr * g, slots
+            state = {"momentum": buf}
+        return p - lr * g, state
 
 
 class Adam(Optimizer):
-    slots = ("m", "v")
+    state_names = ("m", "v")
     scalar_names = ("lr", "bias1", "bias2")
 
     def __init__(self, lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, decoupled=False):
@@ -112,13 +118,13 @@ class Adam(Optimizer):
         t = step + 1
         return lr, 1.0 - self.hyper["b1"] ** t, 1.0 - self.hyper["b2"] ** t
 
-    def update(self, p, g, slots, scalars):
+    def update(self, p, g, state, scalars):
         lr, bias1, bias2 = scalars
         h = self.hyper
         if h["weight_decay"] and not h["decoupled"]:
             g = g + h["weight_decay"] * p
-        m = h["b1"] * slots["m"] + (1.0 - h["b1"]) * g
-        v = h["b2"] * slots["v"] + (1.0 - h["b2"]) * (g * g)
+        m = h["b1"] * state["m"] + (1.0 - h["b1"]) * g
+        v = h["b2"] * state["v"] + (1.0 - h["b2"]) * (g * g)
         if h["weight_decay"] and h["decoupled"]:
             p = p - lr * h["weight_decay"] * p
         step = (m / bias1) / (A.sqrt(v / bias2) + h["eps"])
@@ -133,21 +139,21 @@ class RMSprop(Optimizer):
         check_nonnegative("weight_decay", weight_decay)
         super().__init__(lr, alpha=float(alpha), eps=float(eps), momentum=float(momentum),
                          weight_decay=float(weight_decay), centered=bool(centered))
-        self.slots = ("square_avg",) + (("grad_avg",) if centered else ()) + (("momentum",) if momentum else ())
+        self.state_names = ("square_avg",) + (("grad_avg",) if centered else ()) + (("momentum",) if momentum else ())
 
-    def update(self, p, g, slots, scalars):
+    def update(self, p, g, state, scalars):
         (lr,) = scalars
         h = self.hyper
         if h["weight_decay"]:
             g = g + h["weight_decay"] * p
-        new = {"square_avg": h["alpha"] * slots["square_avg"] + (1.0 - h["alpha"]) * (g * g)}
+        new = {"square_avg": h["alpha"] * state["square_avg"] + (1.0 - h["alpha"]) * (g * g)}
         mean_square = new["square_avg"]
         if h["centered"]:
-            new["grad_avg"] = h["alpha"] * slots["grad_avg"] + (1.0 - h["alpha"]) * g
+            new["grad_avg"] = h["alpha"] * state["grad_avg"] + (1.0 - h["alpha"]) * g
             mean_square = mean_square - new["grad_avg"] * new["grad_avg"]
         step = g / (A.sqrt(mean_square) + h["eps"])
         if h["momentum"]:
-            new["momentum"] = step = h["momentum"] * slots["momentum"] + step
+            new["momentum"] = step = h["momentum"] * state["momentum"] + step
         return p - lr * step, new
 
 

@@ -12,12 +12,12 @@ two compare equal, and only a division by that zero could tell them apart.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from typing import Callable, NamedTuple
 
 import numpy as np
 
+from . import config
 from .ir import Binding, Lit, Namer, Program, Sym, TensorType, Var, dtype_name, format_binding, params_of
 from .ops import ELEMENTWISE, OPS, broadcast_shapes
 
@@ -421,15 +421,14 @@ def optimize(program: Program) -> Program:
     """Run the passes of ``PIPELINE`` in turn until a whole round changes nothing.
 
     ``MORPHJIT_DUMP=<pass>[,<pass>...]|all`` prints the program before and after those passes
-    (to stderr); ``MORPHJIT_VERIFY=1`` verifies the program after every pass.
+    (to stderr); ``MORPHJIT_VERIFY=1`` (see config.py) verifies the program after every pass.
     """
-    dump = set(os.environ.get("MORPHJIT_DUMP", "").split(","))
-    check = os.environ.get("MORPHJIT_VERIFY") == "1"
+    check = config.verify()
     changed = True
     while changed:
         changed = False
         for name, run_pass in PIPELINE:
-            shown = name in dump or "all" in dump
+            shown = config.dumped(name)
             if shown:
                 print(f"--- {program.name}: before {name}\n{program}", file=sys.stderr)
             result = run_pass(program)

@@ -9,6 +9,8 @@ import numpy as np
 from .loopir import batched_input, internal_shape
 from .ir import evaluate, is_symbolic
 from .plan import Plan
+from .pytree import TreeDef
+from .source import Source
 
 
 VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
@@ -140,47 +142,120 @@ def prepare(x, dtype) -> np.ndarray:
 # arguments do not fit (another signature, an unusual array), and the caller takes the slow,
 # fully checked path, which also raises the errors.
 
-class _Source:
-    """The body of a generated fast function and the globals it reads."""
+class FastPath(Source):
+    """The source of a generated fast function and the globals it reads."""
 
-    def __init__(self, step: NativeStep, header: str):
+    def __init__(self, step: NativeStep):
+        super().__init__()
         self.step = step
         self.env = {"step": step, "pop": step.idle.pop, "put": step.idle.append, "Workspace": Workspace,
                     "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray}
-        self.lines = [header]
         self.batched = False
 
     def bind(self, treedef, expr: str, prefix: str) -> list[str]:
         """Lines binding the leaves of the tree ``expr`` to names; returns the names."""
-        lines, names = [], []
-        _guard(treedef, expr, lines, names, self.env, prefix)
-        self.lines += ["    try:"] + [f"        {line}" for line in lines]
-        self.lines += ["    except (KeyError, IndexError, TypeError):", "        return None"]
+        names: list[str] = []
+        self.line("try:")
+        with self.indent():
+            self.guard(treedef, expr, names, prefix, len(self.lines))
+        self.line("except (KeyError, IndexError, TypeError):")
+        with self.indent():
+            self.line("return None")
         return names
+
+    def guard(self, treedef, expr: str, leaves: list, prefix: str, start: int) -> None:
+        """Lines binding each leaf of ``expr`` to a name (appended to ``leaves``), returning None on
+        a structure mismatch; node names count the lines since ``start``."""
+        if treedef.kind is None:
+            leaves.append(f"{prefix}{len(leaves)}")
+            self.line(f"{leaves[-1]} = {expr}")
+            return
+        node = f"{prefix}n{len(self.lines) - start}"
+        kind = self.constant(treedef.kind)
+        self.line(f"{node} = {expr}")
+        self.line(f"if type({node}) is not {kind} or len({node}) != {len(treedef.children)}: return None")
+        keys = treedef.keys if treedef.kind is dict else range(len(treedef.children))
+        for key, child in zip(keys, treedef.children):
+            if not isinstance(key, (str, int)):
+                raise Unspellable
+            self.guard(child, f"{node}[{key!r}]", leaves, prefix, start)
 
     def check_inputs(self, names, leaf_signatures, dtypes, batched, written=()) -> list[str]:
         """Check each input leaf (``written`` ones must be writeable arrays, updated in place);
         returns the names of the pool views the kernel takes after the inputs."""
         first = min(batched, default=None)
         for k, (name, signature, dtype) in enumerate(zip(names, leaf_signatures, dtypes)):
-            self.lines += _leaf_check(name, signature, dtype, self.env, k,
-                                      None if k not in batched else "define" if k == first else "match",
-                                      k in written)
+            self.leaf_check(name, signature, dtype, k,
+                            None if k not in batched else "define" if k == first else "match", k in written)
         self.batched = bool(batched)
         return ["*F"]
+
+    def leaf_check(self, name: str, signature, dtype, k: int, batch: str | None, written=False) -> None:
+        """Lines checking one leaf; ``batch`` says whether its leading extent defines the batch
+        size ``B``, must match it, or (None) is fixed. A ``written`` leaf (updated in place) must
+        be a writeable C-contiguous array as it is."""
+        self.env[f"D{k}"] = dtype
+        if not isinstance(signature, tuple):  # a Python scalar argument
+            self.line(f"if type({name}) is not {signature.__name__}: return None")
+            self.line(f"{name} = ascontiguousarray({name}, D{k}).reshape(1)")
+            return
+        shape, _ = signature
+        if batch is None:
+            self.env[f"P{k}"] = shape
+            self.line(f"if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype is not D{k}: return None")
+        else:   # the trailing extents compared one by one: cheaper than slicing the shape
+            trailing = "".join(f" or s[{i}] != {d}" for i, d in enumerate(shape[1:], 1))
+            self.line(f"if type({name}) is not ndarray or {name}.dtype is not D{k}: return None")
+            self.line(f"s = {name}.shape")
+            self.line(f"if len(s) != {len(shape)}{trailing}: return None")
+            if batch == "define":   # a batch of one has a step of its own (compiler.batched_leaves)
+                self.line("B = s[0]")
+                self.line("if B == 1: return None")
+            else:
+                self.line("if s[0] != B: return None")
+        if written:
+            self.line(f"if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
+        else:
+            self.line(f"if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
+        if not shape:
+            self.line(f"{name} = {name}.reshape(1)")
 
     def call(self, arguments: list[str], before: list[str] = ()) -> None:
         """The kernel call in a borrowed workspace (``ws``: its views ``F``, loss buffer ``o0``),
         given back once the loss is read into ``loss``. No lock and no ``finally``: a call that
         raises or is interrupted drops its workspace, and no other call can see it half-updated."""
         views = "ws.fixed if ws.batch == B else ws.fixed_for(B)" if self.batched else "ws.fixed"
-        self.lines += ["    try: ws = pop()", "    except IndexError: ws = Workspace(step)",
-                       f"    F = {views}", "    o0 = ws.loss", *(f"    {line}" for line in before),
-                       f"    step.call({', '.join(arguments)})", "    loss = o0[0]", "    put(ws)"]
+        for line in ["try: ws = pop()", "except IndexError: ws = Workspace(step)", f"F = {views}",
+                     "o0 = ws.loss", *before, f"step.call({', '.join(arguments)})", "loss = o0[0]", "put(ws)"]:
+            self.line(line)
+
+    def tree_expr(self, treedef, names) -> str:
+        """Source building a tree of this structure from the names of its leaves."""
+        if treedef.kind is None:
+            return next(names)
+        children = [self.tree_expr(c, names) for c in treedef.children]
+        if treedef.kind is dict:
+            if not all(isinstance(k, (str, int)) for k in treedef.keys):
+                raise Unspellable
+            return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(treedef.keys, children)) + "}"
+        kind = self.constant(treedef.kind)
+        if treedef.keys:  # namedtuple
+            return f"{kind}({', '.join(children)})"
+        return f"{kind}([{', '.join(children)}])"
+
+    def constant(self, value) -> str:
+        """A fresh name for ``value`` in the generated function's globals."""
+        name = f"K{len(self.env)}"
+        self.env[name] = value
+        return name
 
     def function(self):
         exec("\n".join(self.lines), self.env)
         return self.env["fast"]
+
+
+class Unspellable(Exception):
+    """A tree the fast path cannot spell as source (a key that is not a str or int)."""
 
 
 def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep, batched=frozenset()):
@@ -190,20 +265,39 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
     With ``out`` (a tree shaped like the gradients) the gradients are written there and ``out``
     is returned. Returns None (no fast path) for trees it cannot spell as source.
     """
-    grad_tree = grad_treedefs[0] if single else _tuple_of(grad_treedefs)
-    src = _Source(step, "def fast(args, out=None):")
+    grad_tree = grad_treedefs[0] if single else TreeDef(tuple, (), tuple(grad_treedefs))
+    src = FastPath(step)
+    src.line("def fast(args, out=None):")
+    n = len(step.output_buffers)
     try:
-        inputs = src.bind(treedef, "args", "x")
-        fixed = src.check_inputs(inputs, leaf_signatures, step.input_dtypes, batched)
-        n = len(step.output_buffers)
-        allocated = [f"    o{k} = empty(S{k}, T{k})" for k in range(1, n)]
-        grads = _tree_expr(grad_tree, iter(f"o{k}" for k in range(1, n)), src.env)
-        src.lines.append("    if out is None:")
-        src.lines += ["    " + line for line in allocated]
-        src.lines.append("    else:")
-        targets = _indented(src, lambda: src.bind(grad_tree, "out", "g"))
-    except _Unspellable:
+        with src.indent():
+            inputs = src.bind(treedef, "args", "x")
+            fixed = src.check_inputs(inputs, leaf_signatures, step.input_dtypes, batched)
+            grads = src.tree_expr(grad_tree, iter(f"o{k}" for k in range(1, n)))
+            src.line("if out is None:")
+            with src.indent():
+                for k in range(1, n):
+                    src.line(f"o{k} = empty(S{k}, T{k})")
+            src.line("else:")
+            with src.indent():
+                targets = src.bind(grad_tree, "out", "g")
+                check_out_arrays(src, inputs, targets)
+            src.call(inputs + fixed + [f"o{k}" for k in range(n)])
+            src.line("if out is not None:")
+            with src.indent():
+                src.line("return loss, out")
+            for k in step.scalar_outputs:
+                if k:
+                    src.line(f"o{k} = o{k}.reshape(())")
+            src.line(f"return loss, {grads}")
+    except Unspellable:
         return None
+    return src.function()
+
+
+def check_out_arrays(src: FastPath, inputs: list[str], targets: list[str]) -> None:
+    """Lines checking each ``out=`` array (named in ``targets``) and using it as an output buffer."""
+    step = src.step
     for k, (name, (shape, dtype)) in enumerate(zip(targets, step.output_buffers[1:]), 1):
         src.env[f"S{k}"], src.env[f"T{k}"], src.env[f"R{k}"] = shape, dtype, step.output_shapes[k]
         # An out array that owns its memory (base None) overlaps only itself, its views (whose
@@ -211,127 +305,38 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
         # byte ranges and raises.
         aliased = "".join(f" or {x} is {name} or {x}.base is {name}" for x in inputs) + \
             "".join(f" or {name} is {g}" for g in targets[:k - 1])
-        src.lines += [f"        if type({name}) is not ndarray or {name}.shape != R{k} or {name}.dtype is not T{k} "
-                      f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {name}.base is not None"
-                      f"{aliased}: return None",
-                      f"        o{k} = {name}.reshape(S{k})"]
-    src.call(inputs + fixed + [f"o{k}" for k in range(n)])
-    src.lines.append("    if out is not None:")
-    src.lines.append("        return loss, out")
-    src.lines += [f"    o{k} = o{k}.reshape(())" for k in step.scalar_outputs if k]
-    src.lines.append(f"    return loss, {grads}")
-    return src.function()
+        src.line(f"if type({name}) is not ndarray or {name}.shape != R{k} or {name}.dtype is not T{k} "
+                 f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {name}.base is not None"
+                 f"{aliased}: return None")
+        src.line(f"o{k} = {name}.reshape(S{k})")
 
 
 def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: int, n_params: int,
                 check_aliasing):
     """``f(args, scalars) -> loss`` for a training step, or ``None`` when the arguments do not fit.
 
-    ``args`` is ``(params, slot trees, data)``: its first ``n_written`` leaves (parameters, then
-    optimiser slots) are updated in place. The kernel takes parameters, data, slots, then the
+    ``args`` is ``(params, state trees, data)``: its first ``n_written`` leaves (parameters, then
+    optimiser state) are updated in place. The kernel takes parameters, data, state, then the
     run-time ``scalars``; ``check_aliasing(written, data)`` raises when arrays overlap.
     """
-    src = _Source(step, "def fast(args, scalars):")
-    try:
-        leaves = src.bind(treedef, "args", "x")
-    except _Unspellable:
-        return None
-    params, slots, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
-    kernel = step.input_dtypes    # parameters, data, slots, scalars
-    n_data = len(data)
-    dtypes = kernel[:n_params] + kernel[n_params + n_data:n_written + n_data] + kernel[n_params:n_params + n_data]
-    fixed = src.check_inputs(leaves, leaf_signatures, dtypes, batched, range(n_written))
-    src.env["check_aliasing"] = check_aliasing
-    src.lines.append(f"    check_aliasing(({''.join(x + ', ' for x in leaves[:n_written])}), "
-                     f"({''.join(x + ', ' for x in data)}))")
-    scalars = [f"c{k}" for k in range(len(step.scalar_dtypes))]
-    assign = [f"{''.join(c + ', ' for c in scalars)}= ws.scalars",
-              f"{''.join(c + '[0], ' for c in scalars)}= scalars"] if scalars else []
-    src.call(params + data + slots + scalars + fixed + ["o0"] + params + slots, before=assign)
-    src.lines.append("    return loss")
+    src = FastPath(step)
+    src.line("def fast(args, scalars):")
+    with src.indent():
+        try:
+            leaves = src.bind(treedef, "args", "x")
+        except Unspellable:
+            return None
+        params, state, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
+        kernel = step.input_dtypes    # parameters, data, state, scalars
+        n_data = len(data)
+        dtypes = kernel[:n_params] + kernel[n_params + n_data:n_written + n_data] + kernel[n_params:n_params + n_data]
+        fixed = src.check_inputs(leaves, leaf_signatures, dtypes, batched, range(n_written))
+        src.env["check_aliasing"] = check_aliasing
+        src.line(f"check_aliasing(({''.join(x + ', ' for x in leaves[:n_written])}), "
+                 f"({''.join(x + ', ' for x in data)}))")
+        scalars = [f"c{k}" for k in range(len(step.scalar_dtypes))]
+        assign = [f"{''.join(c + ', ' for c in scalars)}= ws.scalars",
+                  f"{''.join(c + '[0], ' for c in scalars)}= scalars"] if scalars else []
+        src.call(params + data + state + scalars + fixed + ["o0"] + params + state, before=assign)
+        src.line("return loss")
     return src.function()
-
-
-def _indented(src: _Source, emit):
-    """Run ``emit`` (which appends lines) with its lines indented one level further."""
-    start = len(src.lines)
-    result = emit()
-    src.lines[start:] = ["    " + line for line in src.lines[start:]]
-    return result
-
-
-class _Unspellable(Exception):
-    pass
-
-
-def _guard(treedef, expr: str, lines: list, leaves: list, env: dict, prefix: str = "x") -> None:
-    """Lines binding each leaf of ``expr`` to a name, raising (caught) on structure mismatch."""
-    if treedef.kind is None:
-        leaves.append(f"{prefix}{len(leaves)}")
-        lines.append(f"{leaves[-1]} = {expr}")
-        return
-    node = f"{prefix}n{len(lines)}"
-    kind = _constant(env, treedef.kind)
-    lines.append(f"{node} = {expr}")
-    lines.append(f"if type({node}) is not {kind} or len({node}) != {len(treedef.children)}: return None")
-    keys = treedef.keys if treedef.kind is dict else range(len(treedef.children))
-    for key, child in zip(keys, treedef.children):
-        if not isinstance(key, (str, int)):
-            raise _Unspellable
-        _guard(child, f"{node}[{key!r}]", lines, leaves, env, prefix)
-
-
-def _leaf_check(name: str, signature, dtype, env: dict, k: int, batch: str | None, written=False) -> list[str]:
-    """Lines checking one leaf; ``batch`` says whether its leading extent defines the batch size
-    ``B``, must match it, or (None) is fixed. A ``written`` leaf (updated in place) must be a
-    writeable C-contiguous array as it is."""
-    env[f"D{k}"] = dtype
-    if not isinstance(signature, tuple):  # a Python scalar argument
-        return [f"    if type({name}) is not {signature.__name__}: return None",
-                f"    {name} = ascontiguousarray({name}, D{k}).reshape(1)"]
-    shape, _ = signature
-    if batch is None:
-        env[f"P{k}"] = shape
-        lines = [f"    if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype is not D{k}: return None"]
-    else:   # the trailing extents compared one by one: cheaper than slicing the shape
-        trailing = "".join(f" or s[{i}] != {d}" for i, d in enumerate(shape[1:], 1))
-        lines = [f"    if type({name}) is not ndarray or {name}.dtype is not D{k}: return None",
-                 f"    s = {name}.shape",
-                 f"    if len(s) != {len(shape)}{trailing}: return None"]
-        # A batch of one has a step of its own (compiler.batched_leaves).
-        lines += (["    B = s[0]", "    if B == 1: return None"] if batch == "define"
-                  else ["    if s[0] != B: return None"])
-    if written:
-        lines.append(f"    if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
-    else:
-        lines.append(f"    if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
-    if not shape:
-        lines.append(f"    {name} = {name}.reshape(1)")
-    return lines
-
-
-def _tuple_of(treedefs):
-    from .pytree import TreeDef
-    return TreeDef(tuple, (), tuple(treedefs))
-
-
-def _tree_expr(treedef, names, env: dict) -> str:
-    """Source building a tree of this structure from the names of its leaves."""
-    if treedef.kind is None:
-        return next(names)
-    children = [_tree_expr(c, names, env) for c in treedef.children]
-    if treedef.kind is dict:
-        if not all(isinstance(k, (str, int)) for k in treedef.keys):
-            raise _Unspellable
-        return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(treedef.keys, children)) + "}"
-    kind = _constant(env, treedef.kind)
-    if treedef.keys:  # namedtuple
-        return f"{kind}({', '.join(children)})"
-    return f"{kind}([{', '.join(children)}])"
-
-
-def _constant(env: dict, value) -> str:
-    """A fresh name for ``value`` in the generated function's globals."""
-    name = f"K{len(env)}"
-    env[name] = value
-    return name

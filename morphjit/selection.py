@@ -11,10 +11,10 @@ nests that read each other row by row run inside shared outer loops.
 """
 from __future__ import annotations
 
-import os
 import sys
 from typing import Callable
 
+from . import config
 from .fusion import Fusion, blas_transpose_source
 from .indexing import IndexMap, broadcast_map
 from .ir import Lit, Namer, Program, Var
@@ -242,9 +242,8 @@ def rewrite(instructions: list, outputs: set[int], name: str = "program") -> lis
     ``MORPHJIT_DUMP=<rewrite>[,...]|all`` prints the instructions before and after those rewrites
     (to stderr), as ``passes.optimize`` does for the passes.
     """
-    dump = set(os.environ.get("MORPHJIT_DUMP", "").split(","))
     for rewrite_name, run in REWRITES:
-        shown = rewrite_name in dump or "all" in dump
+        shown = config.dumped(rewrite_name)
         if shown:
             print(f"--- {name}: before {rewrite_name}\n{dump_text(instructions)}", file=sys.stderr)
         instructions = run(instructions, outputs)

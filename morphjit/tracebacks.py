@@ -16,18 +16,15 @@ from __future__ import annotations
 import os
 import types
 
+from . import config
 from .errors import MorphjitError, inside_package
-
-
-def full_tracebacks() -> bool:
-    return os.environ.get("MORPHJIT_TRACEBACK", "").strip().lower() == "full"
 
 
 def trimmed(error: BaseException) -> BaseException:
     """``error`` with morphjit's and NumPy's frames removed from its traceback, if it is the user's
     error (see the module docstring); returned for ``raise``."""
     tb = error.__traceback__
-    if tb is None or full_tracebacks() or not _is_users(error, tb):
+    if tb is None or config.full_tracebacks() or not _is_users(error, tb):
         return error
     kept = []
     while tb is not None:

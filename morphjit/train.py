@@ -1,7 +1,7 @@
 """``mj.train_step``: the loss, its gradients and the optimiser update in one compiled call.
 
 The training program is the joint program with the optimiser's update rule appended for each
-parameter. Its outputs are the loss, the new parameters and the new optimiser slots; the step
+parameter. Its outputs are the loss, the new parameters and the new optimiser state; the step
 writes them over the arrays passed in, so a parameter's update runs as a loop over its gradient
 right after that gradient is final, and no gradient array is ever handed back to Python.
 """
@@ -10,21 +10,19 @@ from __future__ import annotations
 import bisect
 import functools
 import operator
-import threading
 from typing import NamedTuple
 
 import numpy as np
 
 from . import array_api as A
-from . import interp, pytree
-from . import cache as disk_cache
-from .compiler import (BACKENDS, CacheInfo, CompiledLoss, StepsByShape, arg_spec, argument_paths, check_plain,
-                       compile_plan, joint_program, label_error, leaf_signature, name_hint, native_step, trace_loss)
+from . import interp, pipeline, pytree
+from .compiler import (BACKENDS, CallSite, CallStats, CompiledLoss, arg_spec, argument_paths, check_plain,
+                       label_error, leaf_signature, name_hint)
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
 from .plan import write_in_place
-from .runtime import fast_update
+from .runtime import NativeStep, fast_update
 from .trace import Trace, Tracer
 
 STEP = "step"   # the state entry counting the updates done
@@ -33,30 +31,54 @@ STEP = "step"   # the state entry counting the updates done
 def training_program(joint: Program, optimizer: Optimizer) -> Program:
     """Append the update of each differentiated input (the first ``len(grads)`` inputs).
 
-    Inputs: the joint program's, then each optimiser slot of each parameter (slot by slot), then
-    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new slots.
+    Inputs: the joint program's, then the optimiser state of each parameter (name by name), then
+    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new state.
     """
     grads = joint.outputs[1:]
     params = joint.inputs[:len(grads)]
     t = Trace()
     t.bindings, t.consts = list(joint.bindings), list(joint.consts)
-    slots = {name: [Var(p.type) for p in params] for name in optimizer.slots}
+    state = {name: [Var(p.type) for p in params] for name in optimizer.state_names}
     scalars = [Var(TensorType((), np.float64)) for _ in optimizer.scalar_names]
-    new_params, new_slots = [], {name: [] for name in optimizer.slots}
+    new_params, new_state = [], {name: [] for name in optimizer.state_names}
     for k, (p, g) in enumerate(zip(params, grads)):
         cast = tuple(A.astype(Tracer(t, s), p.dtype) for s in scalars)
         new_p, updated = optimizer.update(Tracer(t, p), Tracer(t, g),
-                                          {name: Tracer(t, vs[k]) for name, vs in slots.items()}, cast)
+                                          {name: Tracer(t, vs[k]) for name, vs in state.items()}, cast)
         new_params.append(new_p)
-        for name in optimizer.slots:
-            new_slots[name].append(updated[name])
+        for name in optimizer.state_names:
+            new_state[name].append(updated[name])
     t.closed = True
-    updated = new_params + [x for name in optimizer.slots for x in new_slots[name]]
+    updated = new_params + [x for name in optimizer.state_names for x in new_state[name]]
     return joint.replace(
-        inputs=joint.inputs + tuple(v for name in optimizer.slots for v in slots[name]) + tuple(scalars),
+        inputs=joint.inputs + tuple(v for name in optimizer.state_names for v in state[name]) + tuple(scalars),
         bindings=tuple(t.bindings), outputs=(joint.outputs[0],) + tuple(t.operand(x, lift_literals=True)
                                                                          for x in updated),
         consts=tuple(t.consts))
+
+
+def training_stages(optimizer: Optimizer, native: bool) -> tuple:
+    """The pipeline of a training step: the optimiser update after the joint program's passes
+    and, for the native backend, the in-place writes after the plan."""
+    update = pipeline.Stage("update", "adding the optimiser update", "optimiser update",
+                            functools.partial(update_stage, optimizer), "program")
+    if not native:
+        return pipeline.inserted(pipeline.FRONT, pipeline.PASSES, update)
+    in_place = pipeline.Stage("write_in_place", "planning", "in-place updates",
+                              functools.partial(in_place_stage, optimizer), "plan")
+    return pipeline.inserted(pipeline.inserted(pipeline.NATIVE, pipeline.PASSES, update), pipeline.PLAN, in_place)
+
+
+def update_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
+    build.program = training_program(build.program, optimizer)
+
+
+def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
+    """Plan each new parameter and state array into the array it replaces."""
+    inputs, n_params = build.program.inputs, len(build.spec.wrt)
+    end = len(inputs) - len(optimizer.scalar_names)
+    updated = inputs[:n_params] + inputs[end - len(optimizer.state_names) * n_params:end]
+    write_in_place(build.plan, zip(updated, build.plan.outputs[1:]))
 
 
 class TrainStep:
@@ -71,23 +93,19 @@ class TrainStep:
         self.fn = loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn
         functools.update_wrapper(self, self.fn)
         self.optimizer, self.backend, self.cache = optimizer, backend, cache
-        self._runs: dict = {}         # a call's leaf signatures -> its compiled update
-        self._compiling = threading.RLock()   # held while a new signature is checked and compiled
-        self._calls = self._misses = 0
-        self._shapes = StepsByShape(static_shapes)
-        self._fast = None             # the generated fast path of the step called last
+        self._site = CallSite(static_shapes)   # the compiled updates by call signature
         # The arrays of the last call's check (kept alive), their sorted (start, end, path) byte
         # ranges and the ids of the owners of their memory: one tuple, replaced at once, so that a
         # call in another thread never sees the ranges of one call's arrays with another's.
         self._written = WrittenArrays((), [], set())
 
     def init(self, params) -> dict:
-        """Fresh optimiser state for ``params``: the step count and zeroed slots."""
+        """Fresh optimiser state for ``params``: the step count and zeroed state arrays."""
         leaves, treedef = pytree.flatten(params)
         for path, x in zip(pytree.leaf_paths(treedef, "params"), leaves):
             check_updatable(path, x)
         state = {STEP: np.zeros((), np.int64)}
-        for name in self.optimizer.slots:
+        for name in self.optimizer.state_names:
             state[name] = pytree.unflatten(treedef, [np.zeros_like(x) for x in leaves])
         return state
 
@@ -96,29 +114,24 @@ class TrainStep:
         step_count = self._check_state(state)
         lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
-        args = (params, [state[name] for name in self.optimizer.slots], data)
+        args = (params, [state[name] for name in self.optimizer.state_names], data)
+        site = self._site
         try:
-            loss = None if self._fast is None else self._fast(args, scalars)
+            loss = None if site.fast is None else site.fast(args, scalars)
         except ValueError as error:
             raise self._explained(error, args) from None
         if loss is None:
             loss = self._checked_call(args, scalars)
-        self._calls += 1
+        else:
+            site.hits += 1
         state[STEP][...] = step_count + 1
         return loss
 
     def _checked_call(self, args, scalars):
         """The slow path: find (or compile) the step for the arguments' signature, check, run."""
-        leaves = []
-        key = pytree.keyed_flatten(args, leaves, leaf_signature)
-        run = self._runs.get(key)
-        if run is None:
-            with self._compiling:   # other threads calling with a new signature wait for its compilation
-                run = self._runs.get(key)
-                if run is None:
-                    run = self._runs[key] = self._run_for(*args)
-        self._fast = run.fast
-        updated = run.n_params + run.n_slots
+        run, leaves = self._site.step(args, lambda leaves: self._run_for(*args))
+        self._site.fast = run.fast
+        updated = run.n_params + run.n_state
         written, data_leaves = leaves[:updated], leaves[updated:]
         self._check_aliasing(written, data_leaves, run)
         inputs = written[:run.n_params] + data_leaves + written[run.n_params:] + list(scalars)
@@ -130,22 +143,22 @@ class TrainStep:
     def _explained(self, error: ValueError, args) -> ValueError:
         """``error``, raised by a step, or the failed class-label check it stands for with the
         argument, the value and its index."""
-        leaves = []
-        run = self._runs.get(pytree.keyed_flatten(args, leaves, leaf_signature))
+        run, leaves = self._site.find(args)
         if run is None:
             return error
-        return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_slots:]) or error
+        return run.label_error(leaves[:run.n_params] + leaves[run.n_params + run.n_state:]) or error
 
-    def cache_info(self) -> CacheInfo:
+    def cache_info(self) -> CallStats:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
         input types of each compiled step."""
-        runs = list({id(r): r for r in self._runs.values()}.values())
-        signatures = tuple(" ".join(str(v.type) for v in r.program.inputs) for r in runs)
-        loads = sum(r.native is not None and disk_cache.loaded_from_disk(r.native.kernel) for r in runs)
-        return CacheInfo(self._calls - self._misses, self._misses, signatures, loads)
+        return self._site.stats(lambda run: run.native and run.native.kernel)
+
+    def steps(self) -> list["CompiledUpdate"]:
+        """The compiled updates, each once (a polymorphic one serves several leaf signatures)."""
+        return self._site.steps()
 
     def _check_state(self, state) -> int:
-        expected = {STEP, *self.optimizer.slots}
+        expected = {STEP, *self.optimizer.state_names}
         if not isinstance(state, dict) or set(state) != expected:
             raise TracingError(f"state must be the dict made by step.init(params), with keys "
                                f"{sorted(expected)}; got {type(state).__name__}"
@@ -155,32 +168,30 @@ class TrainStep:
             raise TracingError(f"state[{STEP!r}] must be the 0-d integer array made by step.init")
         return int(count)
 
-    def _run_for(self, params, slot_trees, data) -> "CompiledUpdate":
+    def _run_for(self, params, state_trees, data) -> "CompiledUpdate":
         """The compiled update for these arguments' signature (checked here, once per signature)."""
         args = (params,) + tuple(data)
         spec, leaves = arg_spec(self.fn, args, 0)
-        paths, data_paths = self._check_signature(spec, leaves, slot_trees)
-        batched = self._shapes.batched(spec, leaves)
-        run = self._shapes.find(spec, leaves, batched)
-        if run is None:
-            self._misses += 1
-            run = self._shapes.build(self.fn, spec, leaves, batched,
-                                     lambda batched: self._compile(args, spec, batched))
+        paths, data_paths = self._check_signature(spec, leaves, state_trees)
+
+        def compile(batched) -> CompiledUpdate:
+            run = self._compile(args, spec, batched)
             run.paths, run.data_paths = paths, data_paths
             if run.native is not None:
-                run.fast = self._fast_path(run, (params, slot_trees, data), len(spec.wrt))
-        return run
+                run.fast = self._fast_path(run, (params, state_trees, data), len(spec.wrt))
+            return run
+        return self._site.of_shapes(self.fn, spec, leaves, compile)
 
     def _fast_path(self, run: "CompiledUpdate", args, n_params: int):
-        """The generated fast path of ``run``, taking ``args = (params, slot trees, data)``."""
+        """The generated fast path of ``run``, taking ``args = (params, state trees, data)``."""
         leaves, treedef = pytree.flatten(args)
         written = len(run.paths)
-        batched = frozenset(k + written - n_params for k in run.batched)   # data come after the slots
+        batched = frozenset(k + written - n_params for k in run.batched)   # data come after the state
         return fast_update(treedef, [leaf_signature(x) for x in leaves], run.native, batched, written,
                            n_params, lambda w, d: self._check_aliasing(w, d, run))
 
-    def _check_signature(self, spec, leaves, slot_trees) -> tuple[list[str], list[str]]:
-        """Check parameters and optimiser slots; the paths of the arrays updated in place and of
+    def _check_signature(self, spec, leaves, state_trees) -> tuple[list[str], list[str]]:
+        """Check parameters and optimiser state; the paths of the arrays updated in place and of
         the data leaves."""
         n_params = spec.arg_treedef(0).num_leaves
         param_tree = spec.arg_treedef(0)
@@ -188,26 +199,26 @@ class TrainStep:
         paths, data_paths = every[:n_params], every[n_params:]
         for path, x in zip(paths, leaves[:n_params]):
             check_updatable(path, x)
-        for name, tree in zip(self.optimizer.slots, slot_trees):
-            slot_leaves, slot_tree = pytree.flatten(tree)
-            slot_paths = pytree.leaf_paths(slot_tree, f"state[{name!r}]")
-            if slot_tree != param_tree:
-                raise TracingError(f"state[{name!r}] has the structure {slot_tree}, but params has "
+        for name, tree in zip(self.optimizer.state_names, state_trees):
+            state_leaves, state_tree = pytree.flatten(tree)
+            state_paths = pytree.leaf_paths(state_tree, f"state[{name!r}]")
+            if state_tree != param_tree:
+                raise TracingError(f"state[{name!r}] has the structure {state_tree}, but params has "
                                    f"{param_tree}; make the state with step.init(params)")
-            for path, x, p in zip(slot_paths, slot_leaves, leaves[:n_params]):
+            for path, x, p in zip(state_paths, state_leaves, leaves[:n_params]):
                 check_updatable(path, x)
                 if x.shape != p.shape or x.dtype != p.dtype:
                     raise DtypeError(f"{path} is {x.dtype}{list(x.shape)} but its parameter is "
                                      f"{p.dtype}{list(p.shape)}; make the state with step.init(params)")
-            paths = paths + slot_paths
+            paths = paths + state_paths
         return paths, data_paths
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
-        forward = trace_loss(self.fn, args, spec, batched)
-        program = training_program(joint_program(forward, spec.wrt), self.optimizer)
+        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache)
+        pipeline.run(training_stages(self.optimizer, native=self.backend != "interp"), build)
         n_params = len(spec.wrt)
-        run = CompiledUpdate(program, n_params, len(self.optimizer.slots) * n_params, self.optimizer.scalar_names,
-                             self.backend, name_hint(self.fn), self.cache)
+        run = CompiledUpdate(build, n_params, len(self.optimizer.state_names) * n_params,
+                             len(self.optimizer.scalar_names))
         run.batched = batched
         return run
 
@@ -282,16 +293,9 @@ class CompiledUpdate:
     batched: frozenset      # the indices (among parameters and data) of the batched leaves
     fast = None             # the generated fast path
 
-    def __init__(self, program: Program, n_params, n_slots, scalar_names, backend, hint, cache):
-        self.program, self.n_params, self.n_slots = program, n_params, n_slots
-        if backend == "interp":
-            self.native = None
-            return
-        plan = compile_plan(program)
-        slots_end = len(program.inputs) - len(scalar_names)
-        updated = program.inputs[:n_params] + program.inputs[slots_end - n_slots:slots_end]
-        write_in_place(plan, zip(updated, plan.outputs[1:]))
-        self.native, self.source = native_step(plan, hint, cache, n_scalars=len(scalar_names))
+    def __init__(self, build: pipeline.Build, n_params: int, n_state: int, n_scalars: int):
+        self.program, self.n_params, self.n_state, self.source = build.program, n_params, n_state, build.source
+        self.native = None if build.kernel is None else NativeStep(build.plan, build.kernel, build.arguments, n_scalars)
 
     def label_error(self, inputs: list) -> ValueError | None:
         """The error for an out-of-range class label among the parameters and data of ``inputs``."""

@@ -14,7 +14,6 @@ against libmvec is never loaded where the choice differs.
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import re
 import sys
@@ -26,6 +25,8 @@ from numba import types
 from numba.core import config
 from numba.extending import intrinsic
 
+from .config import vecmath_enabled
+
 # The op name, its C library name and its arity. float32 forms append "f" to the C name.
 FUNCTIONS = {"exp": ("exp", 1), "log": ("log", 1), "log1p": ("log1p", 1), "sin": ("sin", 1),
              "cos": ("cos", 1), "tanh": ("tanh", 1), "pow": ("pow", 2)}
@@ -35,7 +36,6 @@ _FALLBACK = {"pow": "({0} ** {1})"}
 # x86-64 vector function ABI: ISA letter, the CPU feature it needs, its vector register bits.
 # The best ISA per register width is offered; the vectoriser picks the width.
 _ISAS = (("e", "avx512f", 512), ("d", "avx2", 256), ("c", "avx", 256), ("b", "sse2", 128))
-_OFF_VALUES = {"0", "false", "no", "off"}
 _LIBMVEC = "libmvec.so.1"   # glibc's soname since 2.22
 
 
@@ -77,7 +77,7 @@ def variants(cname: str, arity: int, element_bits: int, isas, exported) -> list[
 
 def _libmvec():
     """glibc's libmvec loaded into the process for LLVM's linker, or None where it is absent."""
-    if os.environ.get("MORPHJIT_VECMATH", "1").strip().lower() in _OFF_VALUES:
+    if not vecmath_enabled():
         return None
     if not sys.platform.startswith("linux") or platform.machine() != "x86_64":
         return None

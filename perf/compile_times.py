@@ -126,7 +126,8 @@ def child_compile(n_layers: int, dtype: str) -> None:
     """The first call split into the morphjit part and the numba part, and the size of the step."""
     import morphjit as mj
     from morphjit import cache as disk_cache, codegen
-    from morphjit.compiler import arg_spec, compile_plan
+    from morphjit.compiler import arg_spec
+    from morphjit.pipeline import compile_plan
     from morphjit.runtime import NativeStep
 
     fn, args = mlp(n_layers, dtype)

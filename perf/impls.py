@@ -88,7 +88,7 @@ def build_morphjit_entry(wl, params, data):
     compiled = mj.compile_loss(named_loss(wl, mj))
     args = (params, *data)
     compiled(*args)
-    step, leaves = compiled._step(args, count=False)
+    step, leaves = compiled.step_for(*args)
     native = step.run
     inputs = [prepare(x, dt) for x, dt in zip(leaves, native.input_dtypes)]
     outputs = [np.empty(shape, dtype) for shape, dtype in native.output_buffers]

@@ -11,7 +11,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import morphjit as mj  # noqa: E402
 from morphjit import passes  # noqa: E402
-from morphjit.compiler import compile_plan, trace_loss, arg_spec  # noqa: E402
+from morphjit.compiler import arg_spec  # noqa: E402
+from morphjit.pipeline import compile_plan, trace_loss  # noqa: E402
 from morphjit.vjp import vjp  # noqa: E402
 from models import MODELS  # noqa: E402
 

@@ -104,3 +104,41 @@ def test_consumers_of_the_loop_ir_dispatch_through_tables():
 def test_the_isinstance_chain_check_sees_a_chain():
     chain = ast.parse("def f(e):\n    if isinstance(e, Load): pass\n    elif isinstance(e, (Apply, OneHot)): pass\n")
     assert kinds_tested(chain.body[0], loop_ir_kinds()) == {"Load", "Apply", "OneHot"}
+
+
+def environment_reads(module: str) -> list[str]:
+    """The ``MORPHJIT_*`` names in ``module`` that sit inside an ``os.environ``/``os.getenv`` read."""
+    reads = (ast.unparse(node) for node in ast.walk(source_of(module)) if isinstance(node, (ast.Call, ast.Subscript)))
+    return [text for text in reads if ("environ" in text or "getenv" in text) and "MORPHJIT_" in text]
+
+
+def test_only_the_config_module_reads_morphjit_variables():
+    offences = [f"{m}: {read}" for m in MODULES if m != "morphjit.config" for read in environment_reads(m)]
+    assert not offences, "read MORPHJIT_* variables through morphjit.config:\n" + "\n".join(offences)
+
+
+def test_the_environment_check_sees_a_read(tmp_path, monkeypatch):
+    (tmp_path / "m.py").write_text("import os\nx = os.environ.get('MORPHJIT_CACHE', '1')\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert environment_reads("morphjit.m") == ["os.environ.get('MORPHJIT_CACHE', '1')"]
+
+
+def private_reach_ins(module: str) -> list[str]:
+    """``alias._name`` in ``module`` where ``alias`` names a sibling module it imported."""
+    tree = source_of(module)
+    aliases = {a.asname or a.name for node in ast.walk(tree)
+               if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None for a in node.names}
+    return [ast.unparse(node) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+            and node.attr.startswith("_") and not node.attr.startswith("__")]
+
+
+def test_no_module_reaches_into_another_modules_private_names():
+    offences = [f"{m}: {use}" for m in MODULES for use in private_reach_ins(m)]
+    assert not offences, "\n".join(offences)
+
+
+def test_the_reach_in_check_sees_one(tmp_path, monkeypatch):
+    (tmp_path / "m.py").write_text("from . import cache as disk_cache\nx = disk_cache._caching()\ny = disk_cache.__name__\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
+    assert private_reach_ins("morphjit.m") == ["disk_cache._caching"]

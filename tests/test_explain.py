@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import compiler, explain as explain_module, feedback
+from morphjit import explain as explain_module, feedback, pipeline
 from models import MODELS
 
-STAGES = ["trace", "vjp", "passes", "plan", "codegen", "load", "numba"]
+STAGES = ["trace", "vjp", "passes", "lower", "plan", "codegen", "load", "numba"]
 
 
 @pytest.fixture(scope="module")
@@ -209,12 +209,12 @@ def fast_status(monkeypatch):
 
 def slow_compile(monkeypatch, seconds=0.4, stage="vjp"):
     """Make one stage of every compilation (``vjp`` or ``trace_loss``) take ``seconds`` longer."""
-    real = getattr(compiler, stage)
+    real = getattr(pipeline, stage)
 
     def slow(*args):
         time.sleep(seconds)
         return real(*args)
-    monkeypatch.setattr(compiler, stage, slow)
+    monkeypatch.setattr(pipeline, stage, slow)
 
 
 def test_output_is_not_interactive_under_pytest():

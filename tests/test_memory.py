@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import compiler
+from morphjit import pipeline
 from morphjit.runtime import VIEWS_KEPT
 from models import MODELS
 
@@ -38,8 +38,8 @@ def generated_modules():
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_a_deleted_program_leaves_no_module_dispatcher_or_source_behind(cache, monkeypatch):
-    monkeypatch.setattr(compiler, "RECENT_KERNELS", 0)   # none kept for a re-run notebook cell
-    monkeypatch.setattr(compiler, "_recent_kernels", OrderedDict())
+    monkeypatch.setattr(pipeline, "RECENT_KERNELS", 0)   # none kept for a re-run notebook cell
+    monkeypatch.setattr(pipeline, "_recent_kernels", OrderedDict())
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
     before, lines_before = set(generated_modules()), set(linecache.cache)
     loss = mj.compile_loss(fn, cache=cache)
@@ -48,7 +48,7 @@ def test_a_deleted_program_leaves_no_module_dispatcher_or_source_behind(cache, m
     p = {k: v.copy() for k, v in params.items()}
     train(p, train.init(p), x, y)
     kernels = [weakref.ref(loss.steps()[0].run.kernel),
-               weakref.ref(next(iter(train._runs.values())).native.kernel)]
+               weakref.ref(train.steps()[0].native.kernel)]
     del loss, train
     gc.collect()
     assert set(generated_modules()) <= before

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
-from morphjit import compiler, passes
+from morphjit import compiler, passes, pipeline
 from morphjit.errors import MorphjitError
 from morphjit.ir import Binding, Lit, Program, TensorType, Var, VerifyError, params_of, parse
 from morphjit.ops import OPS
@@ -606,7 +606,7 @@ def test_verify_switch_catches_a_broken_pass(monkeypatch):
 def unoptimized_joint_program(fn, *args):
     """The joint program as ``vjp`` leaves it (dead code dropped), and the flat inputs."""
     spec, leaves = compiler.arg_spec(fn, args, 0)
-    return passes.dce(vjp(compiler.trace_loss(fn, args, spec), spec.wrt)), leaves
+    return passes.dce(vjp(pipeline.trace_loss(fn, args, spec), spec.wrt)), leaves
 
 
 def assert_same_results(before: Program, after: Program, inputs):

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import morphjit as mj
-from morphjit.compiler import compile_plan
+from morphjit.pipeline import compile_plan
 from morphjit.interp import run_plan
 from morphjit.plan import Alias, make_plan
 

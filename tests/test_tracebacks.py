@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import compiler
+from morphjit import pipeline
 
 HERE = os.path.abspath(__file__)
 PACKAGE = os.path.dirname(os.path.abspath(mj.__file__))
@@ -85,11 +85,11 @@ def test_full_tracebacks_on_request(monkeypatch):
 
 def test_internal_failures_keep_their_traceback(monkeypatch):
     from morphjit import plan
-    monkeypatch.setattr(compiler, "make_plan", lambda program: plan.make_plan(None))
+    monkeypatch.setattr(pipeline, "make_plan", lambda program: plan.make_plan(None))
     with pytest.raises(AttributeError) as info:
         mj.compile_loss(lambda p: mj.sum(p * p))(np.ones(3))
     names = [name for _, name in frames_of(info.value)]
-    assert "_compile" in names and "compile_plan" in names and names[-1] == "make_plan"
+    assert "_compile" in names and "plan_stage" in names and names[-1] == "make_plan"
 
 
 SCRIPT = textwrap.dedent("""\
