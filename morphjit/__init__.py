@@ -8,6 +8,28 @@ from .array_api import (
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
 from .array_api import at, choose, take, take_along_axis
+from .numpy_ext import (
+    arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt, ceil, copysign, cosh,
+    deg2rad, divmod, exp2, expm1, fabs, float_power, floor, floor_divide, fmod, heaviside, hypot,
+    isfinite, isinf, isnan, log10, log2, logaddexp, logaddexp2, mod, nan_to_num, rad2deg,
+    reciprocal, remainder, rint, round, sinc, sinh, tan, trunc,
+)
+from .special import (
+    digamma, entr, erf, erfc, erfinv, expit, gammaln, log_expit, log_ndtr, logit, ndtr, softplus,
+    xlog1py, xlogy,
+)
+from .numpy_reduce import (
+    all, any, argmax, argmin, average, cumprod, cumsum, nanmean, nansum, norm, prod, ptp,
+)
+from .einsum import (
+    diag, diagonal, einsum, inner, kron, outer, tensordot, tril, triu, vdot,
+)
+from .numpy_shape import (
+    array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, column_stack, diff, dstack,
+    flip, fliplr, flipud, hstack, meshgrid, moveaxis, ndim, pad, repeat, roll, shape, size, split,
+    tile, vstack,
+)
+from .custom import custom_vjp, stop_gradient
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError

@@ -14,6 +14,7 @@ the tracer's operators and the op table's VJP and lowering rules call (``use_arr
 from __future__ import annotations
 
 import builtins
+import difflib
 import math
 import sys
 
@@ -953,17 +954,45 @@ def apply_ufunc(ufunc, method, inputs, kwargs):
             f"np.{ufunc.__name__}(..., {', '.join(f'{k}=' for k in kwargs)})"
         raise UnsupportedError(f"{what} is not supported on traced arrays", user_location())
     if ufunc not in UFUNCS:
-        raise UnsupportedError(f"np.{ufunc.__name__} is not supported by morphjit", user_location())
+        raise unsupported_error(ufunc)
     return UFUNCS[ufunc](*inputs)
 
 
 def apply_function(func, args, kwargs):
     if func not in FUNCTIONS:
-        module = getattr(func, "__module__", None) or "numpy"  # np.fft.fft, np.linalg.norm
-        prefix = "np" + module[len("numpy"):] if module.startswith("numpy") else module
-        raise UnsupportedError(f"{prefix}.{func.__name__} is not supported by morphjit", user_location())
+        raise unsupported_error(func)
     return FUNCTIONS[func](*args, **kwargs)
 
+
+def dispatch_path(func) -> str:
+    """How users spell a NumPy or SciPy function: ``np.exp``, ``np.linalg.norm``, ``scipy.special.erf``."""
+    name = func.__name__
+    if isinstance(func, np.ufunc):
+        return f"np.{name}" if getattr(np, name, None) is func else f"scipy.special.{name}"
+    module = getattr(func, "__module__", None) or "numpy"
+    prefix = "np" + module[len("numpy"):] if module.startswith("numpy") else module
+    return f"{prefix}.{name}"
+
+
+def unsupported_error(func) -> UnsupportedError:
+    """The function by its path, and the nearest supported spelling where there is one."""
+    supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
+    nearest = difflib.get_close_matches(func.__name__, supported, n=1)
+    hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
+    return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
+
+
+# What modules adding op families (numpy_ext, special) build their functions with.
+bind = _apply
+promote = _promote
+as_value = _value
+as_array = _as_array
+trace_of = _trace_of
+dtype_of = _dtype_of
+shape_of = _shape_of
+truth = _truth
+no_out = _no_out
+elementwise_function = _elementwise
 
 ops.use_array_functions(sys.modules[__name__])
 trace.use_array_functions(sys.modules[__name__])

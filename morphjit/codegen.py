@@ -359,6 +359,7 @@ class StepWriter(Writer):
         out.line(f"# morphjit step for program {self.plan.program.name!r}: {counts}; "
                  f"{len(self.plan.slots)} pool slots, {self.plan.workspace_bytes} workspace bytes")
         out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
+        out.line("import math")
         out.line("import numpy as np")
         out.line("import numba")
         out.line("from morphjit import vecmath as vm")

@@ -126,6 +126,12 @@ class Tracer:
             raise UnsupportedError(f"scipy.linalg.{scipy_function} converts its arguments to NumPy arrays, which "
                                    f"a traced array cannot become: call mj.linalg.{scipy_function} instead",
                                    user_location())
+        library_function = scipy_caller()
+        if library_function is not None:
+            module, name = library_function
+            hint = f"; use mj.{name}, which traces" if hasattr(A, name) else ""
+            raise UnsupportedError(f"{module}.{name} does not trace: it converts its argument with "
+                                   f"np.asarray{hint}", user_location())
         raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
                                    "use the traced value with NumPy functions directly")
 
@@ -148,6 +154,14 @@ class Tracer:
     __rtruediv__ = lambda self, other: A.divide(other, self)
     __pow__ = lambda self, other: A.power(self, other)
     __rpow__ = lambda self, other: A.power(other, self)
+    # These dispatch through NumPy's ufuncs, so they need no array function of their own here.
+    __mod__ = lambda self, other: np.remainder(self, other)
+    __rmod__ = lambda self, other: np.remainder(other, self)
+    __floordiv__ = lambda self, other: np.floor_divide(self, other)
+    __rfloordiv__ = lambda self, other: np.floor_divide(other, self)
+    __divmod__ = lambda self, other: np.divmod(self, other)
+    __rdivmod__ = lambda self, other: np.divmod(other, self)
+    __round__ = lambda self, ndigits=None: np.round(self, ndigits or 0)
     __matmul__ = lambda self, other: A.matmul(self, other)
     __rmatmul__ = lambda self, other: A.matmul(other, self)
     __neg__ = lambda self: A.negative(self)
@@ -191,6 +205,26 @@ class Tracer:
     swapaxes = lambda self, a, b: A.swapaxes(self, a, b)
     ravel = lambda self: A.ravel(self)
     flatten = ravel
+    # Methods whose functions live in the op-family modules reach them through NumPy's dispatch.
+    prod = lambda self, *args, **kwargs: np.prod(self, *args, **kwargs)
+    argmax = lambda self, *args, **kwargs: np.argmax(self, *args, **kwargs)
+    argmin = lambda self, *args, **kwargs: np.argmin(self, *args, **kwargs)
+    any = lambda self, *args, **kwargs: np.any(self, *args, **kwargs)
+    all = lambda self, *args, **kwargs: np.all(self, *args, **kwargs)
+    cumsum = lambda self, *args, **kwargs: np.cumsum(self, *args, **kwargs)
+    cumprod = lambda self, *args, **kwargs: np.cumprod(self, *args, **kwargs)
+    round = lambda self, decimals=0: np.round(self, decimals)
+
+
+def scipy_caller():
+    """The public module and name of the outermost SciPy function on the stack, if any."""
+    frame, found = inspect.currentframe(), None
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.startswith("scipy."):
+            found = (module.split("._")[0], frame.f_code.co_name)
+        frame = frame.f_back
+    return found
 
 
 def calling_scipy_linalg() -> str | None:

@@ -18,10 +18,11 @@ import numpy as np
 try:  # autograd is a test-only dependency
     import autograd
     import autograd.numpy as anp
+    import autograd.scipy.special as asp
     from autograd.scipy.special import logsumexp as _ag_logsumexp
     import autograd.scipy.linalg as AG_SCIPY_LINALG
 except ImportError:  # pragma: no cover
-    autograd = anp = _ag_logsumexp = AG_SCIPY_LINALG = None
+    autograd = anp = asp = _ag_logsumexp = AG_SCIPY_LINALG = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,10 +176,194 @@ def check_against_autograd(ag_fun, primals, value, grads, *, rtol=1e-9, atol=1e-
 # Array namespaces: the same model code runs on morphjit, autograd.numpy or plain NumPy
 
 class AutogradNS:
-    """The subset of ``mj.*`` the tests use, implemented with autograd.numpy."""
+    """The subset of ``mj.*`` the tests use, implemented with autograd.numpy (and autograd.scipy)."""
 
     def __getattr__(self, name):
-        return getattr(anp, name)
+        return getattr(anp, name) if hasattr(anp, name) else getattr(asp, name)
+
+    @staticmethod
+    def ptp(x, axis=None):
+        return anp.max(x, axis=axis) - anp.min(x, axis=axis)
+
+    @staticmethod
+    def nansum(x, axis=None):
+        return anp.sum(anp.where(anp.isnan(x), 0.0, x), axis=axis)
+
+    @classmethod
+    def nanmean(cls, x, axis=None):
+        return cls.nansum(x, axis) / anp.sum(~anp.isnan(x), axis=axis)
+
+    @staticmethod
+    def cumprod(x, axis=None):
+        moved = anp.moveaxis(x, axis, 0)
+        rows = [moved[0]]
+        for row in moved[1:]:
+            rows.append(rows[-1] * row)
+        return anp.moveaxis(anp.stack(rows), 0, axis)
+
+    @staticmethod
+    def average(x, axis=None, weights=None):
+        w = anp.reshape(weights, (-1,) + (1,) * (x.ndim - axis % x.ndim - 1))
+        return anp.sum(x * w, axis=axis) / anp.sum(w * anp.ones_like(x), axis=axis)
+
+    class linalg:
+        @staticmethod
+        def norm(x, ord=None, axis=None):
+            if x.ndim == 2 and axis is None and ord in (1, np.inf):
+                return anp.max(anp.sum(anp.abs(x), axis=0 if ord == 1 else 1))
+            if ord in (1, np.inf):
+                reduce = anp.sum if ord == 1 else anp.max
+                return reduce(anp.abs(x), axis=axis)
+            return anp.linalg.norm(x, ord, axis)
+
+    @staticmethod
+    def stop_gradient(x):
+        return x._value if hasattr(x, "_value") else x
+
+    @staticmethod
+    def repeat(x, repeats, axis=None):
+        if np.ndim(repeats) == 0:
+            return anp.repeat(x, repeats, axis=axis)
+        return anp.concatenate([anp.repeat(x[i:i + 1], r) for i, r in enumerate(repeats) if r])
+
+    @staticmethod
+    def pad(x, widths, mode="constant"):
+        widths = [(w, w) if np.ndim(w) == 0 else w for w in np.broadcast_to(np.asarray(widths), (x.ndim, 2)).tolist()] \
+            if np.ndim(widths) == 2 else [(widths, widths)] * x.ndim
+        for axis, (lo, hi) in enumerate(widths):
+            moved = anp.moveaxis(x, axis, 0)
+            n = moved.shape[0]
+            if mode == "constant":
+                parts = [anp.zeros((lo,) + moved.shape[1:]), moved, anp.zeros((hi,) + moved.shape[1:])]
+            elif mode == "edge":
+                parts = [anp.stack([moved[0]] * lo) if lo else moved[:0], moved,
+                         anp.stack([moved[-1]] * hi) if hi else moved[:0]]
+            else:
+                parts = [moved[lo:0:-1], moved, moved[n - 2:(n - 2 - hi if n - 2 - hi >= 0 else None):-1]]
+            x = anp.moveaxis(anp.concatenate(parts), 0, axis)
+        return x
+
+    @staticmethod
+    def split(x, sections, axis=0):
+        return anp.split(x, sections, axis=axis)
+
+    @staticmethod
+    def array_split(x, sections, axis=0):
+        return anp.array_split(x, sections, axis=axis)
+
+    @staticmethod
+    def roll(x, shift, axis=None):
+        for s, a in zip(np.atleast_1d(shift), np.atleast_1d(axis)):
+            x = anp.roll(x, int(s), axis=int(a))
+        return x
+
+    @staticmethod
+    def tile(x, reps):
+        return anp.tile(x, reps)
+
+    @staticmethod
+    def broadcast_arrays(*xs):
+        shape = np.broadcast_shapes(*(np.shape(x) for x in xs))
+        return [x + np.zeros(shape) for x in xs]
+
+    @staticmethod
+    def meshgrid(x, y):
+        return [x[None, :] + np.zeros((len(y), 1)), y[:, None] + np.zeros((1, len(x)))]
+
+    @staticmethod
+    def einsum(subscripts, *xs):
+        """Repeated letters in one operand (diagonals) as products with identity matrices."""
+        lhs, _, rhs = subscripts.partition("->")
+        terms, extra = lhs.split(","), []
+        if not _:
+            letters = lhs.replace(",", "")
+            rhs = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+        fresh = iter(c for c in "ABCDEFGHIJ")
+        for k, t in enumerate(terms):
+            for c in set(t) - {'.'}:
+                while t.count(c) > 1:
+                    d = next(fresh)
+                    i = t.index(c, t.index(c) + 1)
+                    t = t[:i] + d + t[i + 1:]
+                    extra.append((c + d, np.eye(np.shape(xs[k])[i])))
+            terms[k] = t
+        spec = ",".join(terms + [e for e, _ in extra]) + "->" + rhs
+        return anp.einsum(spec, *xs, *(m for _, m in extra))
+
+    @staticmethod
+    def diagonal(x, offset=0, axis1=0, axis2=1):
+        moved = anp.moveaxis(anp.moveaxis(x, axis1, -1), axis2 if axis2 < axis1 else axis2 - 1, -1)
+        r0, c0 = max(0, -offset), max(0, offset)
+        k = min(moved.shape[-2] - r0, moved.shape[-1] - c0)
+        return anp.stack([moved[..., i + r0, i + c0] for i in range(k)], axis=-1)
+
+    @classmethod
+    def trace(cls, x, offset=0, axis1=0, axis2=1):
+        return anp.sum(cls.diagonal(x, offset, axis1, axis2), axis=-1)
+
+    @staticmethod
+    def outer(a, b):
+        return anp.ravel(a)[:, None] * anp.ravel(b)[None, :]
+
+    @staticmethod
+    def flip(x, axis=None):
+        axes = range(x.ndim) if axis is None else [axis % x.ndim]
+        return x[tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(x.ndim))]
+
+    @classmethod
+    def fliplr(cls, x):
+        return cls.flip(x, 1)
+
+    @classmethod
+    def flipud(cls, x):
+        return cls.flip(x, 0)
+
+    @classmethod
+    def diag(cls, x, k=0):
+        if x.ndim == 2:
+            return cls.diagonal(x, k)
+        n = x.shape[0] + abs(k)
+        return np.eye(n, x.shape[0], -max(0, -k)) @ (x[:, None] * np.eye(x.shape[0], n, max(0, k)))
+
+    @staticmethod
+    def vdot(a, b):
+        return anp.sum(anp.ravel(a) * anp.ravel(b))
+
+    @staticmethod
+    def kron(a, b):
+        return anp.reshape(a[:, None, :, None] * b[None, :, None, :], (a.shape[0] * b.shape[0], -1))
+
+    @staticmethod
+    def trigamma(x):
+        return asp.polygamma(1, x)
+
+    @staticmethod
+    def log_expit(x):
+        return -anp.logaddexp(0.0, -x)
+
+    @staticmethod
+    def softplus(x):
+        return anp.logaddexp(0.0, x)
+
+    @staticmethod
+    def ndtr(x):
+        return 0.5 * asp.erfc(-x / np.sqrt(2.0))
+
+    @classmethod
+    def log_ndtr(cls, x):
+        return anp.log(cls.ndtr(x))
+
+    @staticmethod
+    def xlogy(x, y):
+        return x * anp.log(y)
+
+    @staticmethod
+    def xlog1py(x, y):
+        return x * anp.log1p(y)
+
+    @staticmethod
+    def entr(x):
+        return -x * anp.log(x)
 
     @staticmethod
     def where(cond, a, b):
@@ -197,6 +382,26 @@ class AutogradNS:
     @staticmethod
     def relu(x):
         return anp.maximum(x, 0.0) * (x > 0)
+
+    @staticmethod
+    def cbrt(x):
+        return anp.sign(x) * anp.abs(x) ** (1.0 / 3.0)
+
+    @staticmethod
+    def copysign(a, b):
+        return anp.abs(a) * anp.where(b < 0, -1.0, 1.0)
+
+    @staticmethod
+    def fmod(a, b):
+        return a - b * anp.trunc(a / b)
+
+    @staticmethod
+    def heaviside(x, h):
+        return anp.where(x > 0, 1.0, anp.where(x == 0, h * 0.0, 0.0)) + 0.0 * x
+
+    @staticmethod
+    def float_power(a, b):
+        return a ** b
 
     @staticmethod
     def sigmoid(x):
@@ -229,10 +434,15 @@ class AutogradNS:
 
 
 class NumpyNS:
-    """Plain NumPy (with SciPy-free implementations of the composites)."""
+    """Plain NumPy (with SciPy-free implementations of the composites; SciPy's special functions)."""
 
     def __getattr__(self, name):
-        return getattr(np, name)
+        import scipy.special
+        return getattr(np, name) if hasattr(np, name) else getattr(scipy.special, name)
+
+    @staticmethod
+    def stop_gradient(x):
+        return x
 
     @staticmethod
     def relu(x):

@@ -243,6 +243,71 @@ class _Builder:
             corners = [f(x, y) for x in (a.lo, a.hi) for y in (b.lo, b.hi)]
         return self.emit(f"{a.name} {op} {b.name}", shape, min(corners), max(corners), [a, b])
 
+    # The wider NumPy/SciPy surface (numpy_ext, special, numpy_reduce, einsum, custom): each op on a
+    # domain where it is smooth; the piecewise-constant ones where they are constant.
+    EXTENDED_UNARY = {
+        "expm1": "any", "exp2": "any", "sinh": "any", "cosh": "any", "arctan": "any", "arcsinh": "any",
+        "fabs": "any", "erf": "any", "erfc": "any", "cbrt": "pos", "log2": "pos",
+        "log10": "pos", "gammaln": "pos", "digamma": "pos", "arccosh": "pos", "tan": "unit", "arcsin": "unit",
+        "arccos": "unit", "arctanh": "unit", "erfinv": "unit", "rint": "flat", "floor": "flat", "ceil": "flat",
+        "trunc": "flat",
+    }
+    EXTENDED_BINARY = ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "heaviside", "remainder", "fmod",
+                       "floor_divide"]
+
+    def extended(self):
+        # Drawn from the program's seeded generator: uniform over the many kinds (hypothesis's
+        # derandomized choices favour the first few).
+        kinds = sorted(self.EXTENDED_UNARY) + self.EXTENDED_BINARY + ["prod", "diagonal"]
+        kind = kinds[int(self.rng.integers(len(kinds)))]
+        if kind in self.EXTENDED_UNARY:
+            return self._extended_unary(kind, self.EXTENDED_UNARY[kind])
+        if kind == "prod":
+            x = self.pick(lambda n: n.ndim >= 1)
+            if x is None:
+                return None
+            x = self.tame(x)
+            axis = self.draw(st.integers(-x.ndim, x.ndim - 1))
+            shape = tuple(d for i, d in enumerate(x.shape) if i != axis % x.ndim)
+            return self.emit(f"ns.prod({x.name}, axis={axis})", shape, -1.0, 1.0, [x])
+        if kind == "diagonal":
+            x = self.pick(lambda n: n.ndim >= 2)
+            if x is None:
+                return None
+            shape = x.shape[2:] + (min(x.shape[:2]),)
+            return self.emit(f"ns.diagonal({x.name})", shape, x.lo, x.hi, [x])
+        return self._extended_binary(kind)
+
+    def _extended_unary(self, kind, domain):
+        x = self.pick()
+        if domain == "pos":
+            x = self.positive(x)
+        else:
+            x = self.tame(x, 2.0 if domain == "any" else 1.0)
+            if domain != "any":
+                scale, shift = (0.9, 0.0) if domain == "unit" else (0.1, 0.25)
+                x = self.emit(f"{x.name} * {scale} + {shift}", x.shape, x.lo * scale + shift, x.hi * scale + shift, [x])
+        arg = f"{x.name} + 1.0" if kind == "arccosh" else x.name
+        f = _numpy_function(kind)
+        grid = np.linspace(x.lo, x.hi, 201) + (1.0 if kind == "arccosh" else 0.0)
+        values = f(grid)
+        return self.emit(f"ns.{kind}({arg})", x.shape, values.min(), values.max(), [x])
+
+    def _extended_binary(self, kind):
+        a = self.pick()
+        b = self.pick(lambda n: _broadcast(a.shape, n.shape) is not None
+                      and _size(_broadcast(a.shape, n.shape)) <= MAX_SIZE) or a
+        a, b = self.tame(a, 2.0), self.positive(b)
+        if kind in ("remainder", "fmod", "floor_divide", "heaviside"):
+            a = self.positive(a)   # 0 < a < b: no wrap, no jump
+            b = self.emit(f"{b.name} + {a.hi!r}", b.shape, b.lo + a.hi, b.hi + a.hi, [b])
+        f = _numpy_function(kind)
+        grid_a, grid_b = np.meshgrid(np.linspace(a.lo, a.hi, 41), np.linspace(b.lo, b.hi, 41))
+        values = f(grid_a, 0.5 if kind == "heaviside" else grid_b)
+        second = "0.5" if kind == "heaviside" else b.name
+        return self.emit(f"ns.{kind}({a.name}, {second})", _broadcast(a.shape, b.shape), values.min(), values.max(),
+                         [a, b])
+
     def reduction(self):
         x = self.pick(lambda n: n.ndim >= 1)
         if x is None:
@@ -450,6 +515,11 @@ class _Builder:
 
 
 
+def _numpy_function(name):
+    import scipy.special
+    return getattr(np, name, None) or getattr(scipy.special, name)
+
+
 def _sigmoid(v):
     return 1.0 / (1.0 + math.exp(-v))
 
@@ -564,8 +634,8 @@ def _index(shape):
     return draw_index()
 
 
-FAMILIES = ("unary", "binary", "reduction", "view", "matmul", "composite", "select")
-_WEIGHTS = (4, 4, 2, 3, 2, 2, 2)
+FAMILIES = ("unary", "binary", "reduction", "view", "matmul", "composite", "select", "extended")
+_WEIGHTS = (4, 4, 2, 3, 2, 2, 2, 3)
 
 
 @st.composite

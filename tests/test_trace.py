@@ -10,6 +10,7 @@ import collections
 import zlib
 
 import numpy as np
+import scipy.special as sp
 import pytest
 
 import morphjit as mj
@@ -58,6 +59,45 @@ NUMPY_CASES = {
     "dot": lambda x, w: (np.dot(x, w), np.dot(x[0], x[0]), np.dot(2.0, x), x.dot(w)),
     "linear-relu": lambda x, w, b: np.maximum(x @ w + b, 0),
     "batched-matmul": lambda t: (np.swapaxes(t, 1, 2) @ t, t @ t[0].T),
+    # morphjit/numpy_ext.py
+    "exp-log-family": lambda x: (np.expm1(x), np.log2(np.abs(x) + 1), np.log10(np.abs(x) + 1), np.exp2(x),
+                                 np.cbrt(x), np.fabs(x), np.reciprocal(x), np.float_power(np.abs(x), 1.5)),
+    "hyperbolic-inverse-trig": lambda x: (np.sinh(x), np.cosh(x), np.tan(x), np.arcsin(x / 60), np.arccos(x / 60),
+                                          np.arctan(x), np.arcsinh(x), np.arccosh(np.abs(x) + 1), np.arctanh(x / 60),
+                                          np.deg2rad(x), np.rad2deg(x), np.radians(x), np.degrees(x), np.sinc(x)),
+    "binary-float-ufuncs": lambda x, v: (np.hypot(x, v), np.arctan2(x, v), np.logaddexp(x, v),
+                                         np.logaddexp2(x, v), np.copysign(x, v), np.heaviside(x, 0.5)),
+    "rounding": lambda x: (np.floor(x), np.ceil(x), np.trunc(x), np.rint(x), np.round(x), np.around(x, 1),
+                           np.round(x.astype(np.int32), -1), np.floor(x.astype(np.int64))),
+    "division-remainder": lambda x, v: (np.remainder(x, 1.5), np.mod(x, v), x % 2, 7 % (np.abs(x) + 1), x // 1.5,
+                                        -3 // (np.abs(x) + 1), np.fmod(x, v), np.floor_divide(x, 3), divmod(x, 2.5),
+                                        np.divmod(x, 2), x.astype(np.int32) % 3, x.astype(np.int64) // -2),
+    "non-finite": lambda x: (np.isnan(x / x), np.isinf(1 / x), np.isfinite(1 / x), np.nan_to_num(1 / x),
+                             np.nan_to_num(x / x, nan=-1.0, posinf=5.0)),
+    # morphjit/special.py: SciPy's ufuncs
+    "scipy-special": lambda x, v: (sp.expit(x), sp.logit(sp.expit(x)), sp.log_expit(x), sp.erf(x), sp.erfc(x),
+                                   sp.erfinv(np.tanh(x)), sp.ndtr(x), sp.log_ndtr(x), sp.gammaln(x), sp.digamma(x),
+                                   sp.psi(np.abs(x) + 1), sp.xlogy(x, np.abs(v)), sp.xlog1py(x, np.abs(v)),
+                                   sp.entr(x), sp.softplus(x)),
+    # morphjit/numpy_reduce.py
+    "reductions": lambda x, t: (np.prod(x), np.prod(t, axis=(0, 2)), x.prod(axis=0), np.argmax(x), np.argmin(t, axis=1),
+                                x.argmax(axis=0), x.argmin(), np.any(x > 0), np.all(t > 0, axis=0), x.any(), x.all(),
+                                np.ptp(t, axis=-1), np.average(x), np.average(t, axis=1, weights=np.abs(x[0]) + 1),
+                                np.nansum(x / x), np.nanmean(x / x, axis=0)),
+    "scans-norms": lambda x, t: (np.cumsum(x), np.cumsum(t, axis=1), x.cumsum(axis=0), np.cumprod(x / 10, axis=-1),
+                                 x.cumprod(), np.linalg.norm(x), np.linalg.norm(t, axis=(0, 2)), np.linalg.norm(x, 1),
+                                 np.linalg.norm(x[0], np.inf)),
+    # morphjit/einsum.py
+    "contractions": lambda x, w, t: (np.einsum("ij,jk->ik", x, w), np.einsum("bij,jk", t, w.T), np.tensordot(t, w.T, 1),
+                                     np.inner(x, x), np.outer(x[0], w), np.vdot(x, x), np.kron(x, w), np.trace(x),
+                                     np.diag(x), np.diag(x[0], 1), np.diagonal(t, 0, 0, 2), np.tril(x), np.triu(t, -1)),
+    # morphjit/numpy_shape.py
+    "shapes": lambda x, t, b: (np.atleast_1d(b), np.atleast_2d(b), np.atleast_3d(x), np.hstack([x, x]), np.vstack([x, x]),
+                               np.dstack([x, x]), np.column_stack([b, b]), np.split(t, 1, axis=1)[0],
+                               np.array_split(b, 2)[0], np.moveaxis(t, 0, -1), np.flip(t), np.fliplr(x), np.flipud(x),
+                               np.roll(t, 1, axis=2), np.tile(b, 2), np.repeat(x, 2, axis=0), np.pad(x, 1),
+                               np.diff(t, axis=1), np.broadcast_arrays(b, x[:, :1])[0], np.meshgrid(b, b)[0],
+                               np.shape(x)[0] * x, np.ndim(x) * x, np.size(x) * x),
     # functions
     "sum": lambda x, t: (np.sum(x), np.sum(x, axis=1), np.sum(t, axis=(0, 2)), np.sum(x, axis=-1, keepdims=True)),
     "mean": lambda x, t: (np.mean(x), np.mean(t, axis=1), np.mean(x, axis=0, keepdims=True)),

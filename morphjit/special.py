@@ -1,0 +1,224 @@
+"""SciPy's special functions that are NumPy ufuncs and appear in loss code (``scipy.special.X``).
+
+``erf``, ``erfc`` and ``gammaln`` are op-table entries whose templates call the C library
+(``math.erf``, ``math.lgamma``). ``erfinv`` and ``digamma`` have no C library function: they are
+composite ops whose reference is SciPy's and whose lowering (for the loop backends) is written
+here in element-wise ops, with their textbook gradients. The rest are formulas of existing ops.
+Loading this module registers the ops into the op table and the ufuncs into the NumPy dispatch.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.special as sp
+
+from . import array_api as A
+from . import numpy_ext as X
+from .ops import COMPOSITE, EXPENSIVE, defop, elementwise, elementwise_rule
+
+TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+SQRT_HALF = math.sqrt(0.5)
+
+
+def _in_dtype(K, expr: str) -> str:
+    """A C library call (in double precision) brought back to the op's dtype."""
+    return f"np.{K.dtype.name}({expr})"
+
+
+LGAMMA_OVERFLOW = 2.5599833278516383e+305   # the largest x whose lgamma is finite in float64
+
+
+def _gammaln_template(K, x):
+    # SciPy's values at the poles (non-positive integers), at -inf and where lgamma overflows:
+    # math.lgamma raises there.
+    inf = _in_dtype(K, "np.inf")
+    pole = f"{x} <= {K(0)} and {x} == np.floor({x})"
+    if K.dtype == np.float64:  # SciPy's float64 gammaln overflows to inf on subnormals
+        pole += f" or abs({x}) < np.float64({float(np.finfo(np.float64).tiny)!r})"
+    return (f"(-{inf} if {x} == -{inf} else ({inf} if {pole} or {x} > np.float64({LGAMMA_OVERFLOW!r}) "
+            f"else {_in_dtype(K, f'math.lgamma({x})')}))")
+
+
+elementwise("erf", sp.erf, lambda K, x: _in_dtype(K, f"math.erf({x})"),
+            lambda g, ans, x: (g * TWO_OVER_SQRT_PI * A.exp(-(x * x)),), cost=EXPENSIVE)
+elementwise("erfc", sp.erfc, lambda K, x: _in_dtype(K, f"math.erfc({x})"),
+            lambda g, ans, x: (-g * TWO_OVER_SQRT_PI * A.exp(-(x * x)),), cost=EXPENSIVE)
+elementwise("gammaln", sp.gammaln, _gammaln_template,
+            lambda g, ans, x: (g * digamma(x),), cost=EXPENSIVE)
+
+
+# ---------------------------------------------------------------------------------------------
+# erfinv: Giles' single-precision approximation, then Newton steps on erf (erfc near +-1, where
+# 1 - |x| is exact and erf has no relative precision left)
+
+GILES_CENTRAL = (1.50140941, 0.246640727, -0.00417768164, -0.00125372503, 0.00021858087,
+                 -4.39150654e-06, -3.5233877e-06, 3.43273939e-07, 2.81022636e-08)
+GILES_TAIL = (2.83297682, 1.00167406, 0.00943887047, -0.0076224613, 0.00573950773, -0.00367342844,
+              0.00134934322, 0.000100950558, -0.000200214257)
+NEWTON_STEPS = 3
+
+
+def _polynomial(coefficients, w):
+    p = coefficients[-1]
+    for c in reversed(coefficients[:-1]):
+        p = p * w + c
+    return p
+
+
+def _erfinv_lower(x):
+    a = A.abs(x)
+    inside = a < 1.0
+    safe = A.where(inside, a, 0.5)
+    w = -A.log((1.0 - safe) * (1.0 + safe))
+    central = _polynomial(GILES_CENTRAL, w - 2.5)
+    tail = _polynomial(GILES_TAIL, A.sqrt(A.maximum(w, 5.0)) - 3.0)
+    y = A.where(w < 5.0, central, tail) * safe
+    for _ in range(NEWTON_STEPS):
+        residual = A.where(safe > 0.5, (1.0 - safe) - erfc(y), erf(y) - safe)
+        y = y - residual / (TWO_OVER_SQRT_PI * A.exp(-(y * y)))
+    edge = A.astype(A.where(a == 1.0, np.inf, np.nan), x.dtype)
+    return A.where(inside, y, edge) * A.sign(x) + A.where(x == 0.0, x, 0.0)
+
+
+defop("erfinv", COMPOSITE, elementwise_rule("erfinv"), sp.erfinv,
+      lambda g, ans, x: (g / TWO_OVER_SQRT_PI * A.exp(ans * ans),), lower=_erfinv_lower)
+
+
+# ---------------------------------------------------------------------------------------------
+# digamma and its derivative: recurrence up to SHIFT, the asymptotic series, reflection below 1/2
+
+SHIFT = 10
+DIGAMMA_SERIES = (-1.0 / 12, 1.0 / 120, -1.0 / 252, 1.0 / 240, -1.0 / 132)   # in 1/z^2
+TRIGAMMA_SERIES = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66)        # in 1/z^2, times 1/z
+
+
+def _reflected(x, on_positive, reflection):
+    """``on_positive`` for x >= 1/2; ``reflection(x, value at 1 - x)`` below; NaN at the poles."""
+    below = x < 0.5
+    value = on_positive(A.where(below, 1.0 - x, x))
+    pole = (x <= 0.0) & (X.floor(x) == x)
+    return A.where(pole, A.where(x == 0.0, -np.inf * A.sign(1.0 / x), np.nan),
+                   A.where(below, reflection(x, value), value))
+
+
+def _pi_x_reduced(x):
+    """``pi * (x - round(x))``: the same tangent as pi x, reduced exactly."""
+    return math.pi * (x - X.rint(x))
+
+
+def _digamma_positive(x):
+    shift = sum(1.0 / (x + k) for k in range(SHIFT))
+    z = x + float(SHIFT)
+    r2 = 1.0 / (z * z)
+    return A.log(z) - 0.5 / z + r2 * _polynomial(DIGAMMA_SERIES, r2) - shift
+
+
+def _digamma_lower(x):
+    return _reflected(x, _digamma_positive, lambda x, v: v - math.pi / X.tan(_pi_x_reduced(x)))
+
+
+def _trigamma_positive(x):
+    shift = sum(1.0 / ((x + k) * (x + k)) for k in range(SHIFT))
+    z = x + float(SHIFT)
+    r2 = 1.0 / (z * z)
+    return 1.0 / z + 0.5 * r2 + r2 / z * _polynomial(TRIGAMMA_SERIES, r2) + shift
+
+
+def trigamma(x):
+    """The derivative of digamma (SciPy's ``polygamma(1, x)``), written in element-wise ops."""
+    sin = A.sin(_pi_x_reduced(x))
+    return _reflected(x, _trigamma_positive, lambda x, v: (math.pi * math.pi) / (sin * sin) - v)
+
+
+defop("digamma", COMPOSITE, elementwise_rule("digamma"), sp.digamma,
+      lambda g, ans, x: (g * trigamma(x),), lower=_digamma_lower)
+
+
+# ---------------------------------------------------------------------------------------------
+# The array functions
+
+erf, erfc, gammaln = (X.floating_function(n) for n in ("erf", "erfc", "gammaln"))
+erfinv, digamma = X.floating_function("erfinv"), X.floating_function("digamma")
+expit = A.sigmoid
+
+
+def _arrays_out(fn):
+    """On concrete operands, operators on 0-d arrays give NumPy scalars: give arrays, as NumPy's ufuncs do."""
+    def wrapped(*args):
+        return A.as_array(fn(*args))
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+@_arrays_out
+def logit(x):
+    x = X.float_array(x)
+    return A.log(x / (1.0 - x))
+
+
+@_arrays_out
+def log_expit(x):
+    """``log(expit(x))`` without overflow: ``min(x, 0) - log1p(exp(-|x|))``."""
+    x = X.float_array(x)
+    return A.minimum(x, 0.0) - A.log1p(A.exp(-A.abs(x)))
+
+
+@_arrays_out
+def softplus(x):
+    """``log(1 + exp(x))`` without overflow."""
+    x = X.float_array(x)
+    return A.maximum(x, 0.0) + A.log1p(A.exp(-A.abs(x)))
+
+
+@_arrays_out
+def ndtr(x):
+    """The standard normal CDF."""
+    return 0.5 * erfc(-X.float_array(x) * SQRT_HALF)
+
+
+LOG_NDTR_TAIL = -20.0   # below, log(ndtr) underflows soon: the asymptotic series takes over
+
+
+@_arrays_out
+def log_ndtr(x):
+    x = X.float_array(x)
+    # Each branch sees only its own inputs, so the other's infinities never meet a zero cotangent.
+    right, middle = A.where(x > 0.0, x, 0.0), A.where((x > LOG_NDTR_TAIL) & (x <= 0.0), x, 0.0)
+    body = A.where(x > 0.0, A.log1p(-ndtr(-right)), A.log(ndtr(middle)))
+    far = A.where(x > LOG_NDTR_TAIL, LOG_NDTR_TAIL, x)
+    r2 = 1.0 / (far * far)
+    series = 1.0 + r2 * (-1.0 + r2 * (3.0 + r2 * (-15.0 + r2 * 105.0)))
+    tail = -0.5 * far * far - A.log(-far) - 0.5 * math.log(2 * math.pi) + A.log(series)
+    return A.where(x > LOG_NDTR_TAIL, body, tail)
+
+
+def _x_log(log_fn, shift):
+    """xlogy / xlog1py: ``x * log(y)``, 0 where x == 0 (unless y is NaN)."""
+    @_arrays_out
+    def fn(x, y):
+        _, (x, y) = A.promote([A.as_value(x), A.as_value(y)], floating=True)
+        zero = A.logical_and(A.equal(x, 0.0), A.logical_not(X.isnan(y)))
+        safe_y = A.where(zero, 1.0 - shift, y)
+        return A.where(zero, 0.0, x * log_fn(safe_y))
+    return fn
+
+
+xlogy = _x_log(A.log, 0.0)
+xlog1py = _x_log(A.log1p, 1.0)
+
+
+@_arrays_out
+def entr(x):
+    """``-x log x`` for x > 0, 0 at 0, -inf below."""
+    x = X.float_array(x)
+    positive = x > 0.0
+    inner = -x * A.log(A.where(positive, x, 1.0))
+    return A.where(positive, inner, A.where(x == 0.0, 0.0, A.where(X.isnan(x), x, -np.inf)))
+
+
+A.UFUNCS.update({
+    sp.expit: expit, sp.logit: logit, sp.log_expit: log_expit, sp.erf: erf, sp.erfc: erfc,
+    sp.erfinv: erfinv, sp.ndtr: ndtr, sp.log_ndtr: log_ndtr, sp.gammaln: gammaln, sp.digamma: digamma,
+    sp.psi: digamma, sp.xlogy: xlogy, sp.xlog1py: xlog1py, sp.entr: entr,
+})

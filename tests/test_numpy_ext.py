@@ -1,0 +1,277 @@
+"""NumPy's wider surface (morphjit/numpy_ext.py) compiled: the numba step against the reference
+executor, values and gradients, with many functions batched into one compiled loss per test.
+
+tests/test_ops.py, test_templates.py and test_grad.py cover each op against NumPy, finite
+differences and autograd; these tests check that the compiled loops agree with them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import scipy.special as sp
+import pytest
+
+import morphjit as mj
+
+F32, F64 = np.float32, np.float64
+
+
+def _elementwise_terms(x, y):
+    """Every element-wise function of numpy_ext, on x in (0.2, 0.8) and y in (0.5, 2)."""
+    return [np.expm1(x), np.log2(x), np.log10(x), np.exp2(x), np.sinh(x), np.cosh(x), np.tan(x),
+            np.arcsin(x), np.arccos(x), np.arctan(x), np.arcsinh(x), np.arccosh(x + 1.5), np.arctanh(x),
+            np.cbrt(x - 0.5), np.fabs(x - 0.5), np.hypot(x, y), np.arctan2(x, y), np.logaddexp(x, y),
+            np.logaddexp2(x, y), np.copysign(x, y - 1), x % y, np.fmod(x - 0.5, y), x // 0.3,
+            np.floor(x * 5), np.ceil(x * 5), np.trunc(x * 5 - 2), np.rint(x * 5), np.round(x, 1),
+            np.heaviside(x - 0.5, 0.5), np.sinc(x), np.deg2rad(x), np.rad2deg(x), np.reciprocal(y),
+            np.float_power(x, y), np.nan_to_num(np.log(x - 0.5)), divmod(x, y)[1],
+            np.isnan(np.log(x - 0.5)), np.isinf(1 / (x - x)), np.isfinite(np.log(x - 0.5))]
+
+
+def _loss(x, y):
+    return sum(np.sum(t * (k + 1.0) / 40) for k, t in enumerate(_elementwise_terms(x, y)))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_elementwise_family_compiled_matches_reference(dtype):
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.2, 0.8, (3, 5)).astype(dtype)
+    y = rng.uniform(0.5, 2.0, (5,)).astype(dtype)
+    results = {b: mj.compile_loss(_loss, argnums=(0, 1), backend=b)(x, y) for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-5 if dtype == F32 else 1e-12
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(v_i, _loss(x, y), rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+def test_integer_elementwise_compiled_matches_numpy():
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, (4, 6))
+    k = rng.integers(-20, 20, (4, 6))
+
+    def integers(k):
+        return sum([k % 7, k % -3, k // 4, k // -4, np.fmod(k, -3), np.floor(k), np.ceil(k), np.trunc(k),
+                    np.round(k, -1), np.remainder(7, np.abs(k) + 1)])
+
+    expected = integers(k)
+    assert expected.dtype == k.dtype
+    for backend in ("numba", "interp"):
+        step = mj.compile_loss(lambda x, k: np.sum(x * integers(k)), argnums=(0,), backend=backend)
+        value, (grad,) = step(x, k)
+        np.testing.assert_array_equal(grad, expected.astype(F64))  # the gradient is the integer array
+
+
+def test_python_round_and_divmod_on_tracers():
+    x = np.array([[1.25, -2.5, 0.5, 3.75]])
+
+    def fn(x):
+        q, r = divmod(x, 0.75)
+        return round(x, 1), round(x), q, r, abs(x)
+
+    program = mj.trace(fn, x)
+    got = mj.run(program, x)
+    expected = [np.round(x, 1), np.round(x), *np.divmod(x, 0.75), np.abs(x)]
+    for a, b in zip(got, expected):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_reciprocal_of_integers_is_refused_with_the_spelling_to_use():
+    with pytest.raises(mj.DtypeError, match=r"1\.0 / x"):
+        mj.trace(lambda k: np.reciprocal(k), np.arange(3))
+
+
+def _special_loss(x, y):
+    """Every function of morphjit/special.py, on x in (0.1, 0.9) and y in (0.5, 2)."""
+    terms = [sp.expit(x), sp.logit(x), sp.log_expit(x), sp.erf(x), sp.erfc(x), sp.erfinv(x), sp.erfinv(-x ** 8),
+             sp.ndtr(x), sp.log_ndtr(x), sp.log_ndtr(-30 * y), sp.gammaln(y), sp.gammaln(-y), sp.digamma(y),
+             sp.digamma(-y), sp.xlogy(x, y), sp.xlog1py(x, y), sp.entr(x), sp.softplus(x)]
+    return sum(np.sum(t * (k + 1.0) / 20) for k, t in enumerate(terms))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_special_functions_compiled_match_reference(dtype):
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0.1, 0.9, (3, 5)).astype(dtype)
+    y = rng.uniform(0.5, 2.0, (5,)).astype(dtype)
+    results = {b: mj.compile_loss(_special_loss, argnums=(0, 1), backend=b)(x, y) for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-4 if dtype == F32 else 1e-11
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    np.testing.assert_allclose(v_i, _special_loss(x, y), rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        assert a.dtype == b.dtype == dtype
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+def test_unsupported_scipy_ufunc_is_named_by_its_scipy_path():
+    with pytest.raises(mj.UnsupportedError, match=r"scipy\.special\.gamma is not supported.*gammaln"):
+        mj.trace(lambda x: sp.gamma(x), np.ones(3))
+
+
+def _prod_grad_reference(x, axis):
+    """d prod / d x_i = the product of the other elements, computed directly."""
+    moved = np.moveaxis(x, axis, -1)
+    n = moved.shape[-1]
+    grads = [np.prod(np.delete(moved, i, axis=-1), axis=-1) for i in range(n)]
+    return np.moveaxis(np.stack(grads, axis=-1), -1, axis)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_prod_gradient_is_right_with_zeros(backend):
+    x = np.array([[0.0, 2.0, 3.0, -1.5], [0.0, 0.0, 4.0, 2.0], [1.5, -2.0, 0.5, 3.0]])
+    step = mj.compile_loss(lambda x: np.sum(np.prod(x, axis=1) * np.array([1.0, 2.0, -3.0])), backend=backend)
+    value, grad = step(x)
+    np.testing.assert_allclose(grad, _prod_grad_reference(x, 1) * np.array([[1.0], [2.0], [-3.0]]))
+    assert np.isfinite(grad).all()
+
+
+def _reduction_loss(x, w):
+    terms = [np.prod(x, axis=1), np.prod(x), x.prod(axis=0), np.cumsum(x, axis=1), np.cumprod(x, axis=0),
+             np.average(x, axis=1, weights=w), np.ptp(x, axis=0), np.nansum(x), np.nanmean(x, axis=0),
+             np.linalg.norm(x), np.linalg.norm(x, 1), np.linalg.norm(x, np.inf), np.linalg.norm(x, axis=1),
+             np.linalg.norm(x[0], 3), np.argmax(x, axis=1), np.argmin(x), np.any(x > 1), np.all(x > -5, axis=0),
+             x.argmax(), x.cumsum(), x.cumprod(axis=1)]
+    return sum(np.sum(t * (k + 1.0) / 20) for k, t in enumerate(terms))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_reductions_compiled_match_reference(dtype):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(3, 4)).astype(dtype)
+    x[0, 1] = 0
+    x[1, :2] = 0
+    w = rng.uniform(0.5, 2.0, 4).astype(dtype)
+    results = {b: mj.compile_loss(_reduction_loss, argnums=(0, 1), backend=b)(x, w) for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-5 if dtype == F32 else 1e-12
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    np.testing.assert_allclose(v_i, _reduction_loss(x, w), rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+def _contraction_and_shape_terms(a, b, c, sq, v):
+    return [np.tensordot(c, b, 1), np.tensordot(c, a, ([1, 2], [0, 1])), np.inner(a, a), np.outer(v, a), np.vdot(a, a),
+            np.kron(a, sq), np.trace(sq), np.trace(c, 1, 1, 2), np.diag(sq, 1), np.diag(v, -1), np.diagonal(c, 0, 2, 1),
+            np.tril(a), np.triu(c, 1), np.einsum("ii", sq), np.einsum("bij,jk->bki", c, b) ** 2,
+            np.einsum("ij,jk,kl->il", a, b, b.T), np.einsum("...j,j->...", c, v[:4]),
+            np.hstack([a, a]), np.vstack([a, v[:4]]), np.dstack([a, a]), np.column_stack([v, v]),
+            np.split(c, 2, axis=-1)[1], np.moveaxis(c, 0, -1), np.flip(c, 1), np.fliplr(a), np.flipud(a),
+            np.roll(c, -1, axis=1), np.tile(a, (2, 1, 3)), np.repeat(a, 2, axis=1), np.repeat(v, [1, 0, 2, 3, 1]),
+            np.pad(a, ((1, 2), (0, 3)), constant_values=5.0), np.pad(a, 2, mode="edge"),
+            np.pad(a, ((2, 1), (3, 3)), mode="reflect"), np.diff(c, 2, axis=1), np.meshgrid(v, a[0])[0],
+            np.broadcast_arrays(v, a[:, :1])[1], mj.stop_gradient(a) * a]
+
+
+def _contraction_loss(a, b, c, sq, v):
+    return sum(np.sum(t * ((k % 7) + 1.0) / 10) for k, t in enumerate(_contraction_and_shape_terms(a, b, c, sq, v)))
+
+
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_contractions_and_shapes_compiled_match_reference(dtype):
+    rng = np.random.default_rng(4)
+    args = [rng.normal(size=s).astype(dtype) for s in [(3, 4), (4, 5), (2, 3, 4), (4, 4), (5,)]]
+    results = {b: mj.compile_loss(_contraction_loss, argnums=(0, 1, 2, 3, 4), backend=b)(*args)
+               for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    rtol = 1e-4 if dtype == F32 else 1e-12
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+@mj.custom_vjp
+def _clip_gradient(x):
+    return x * 1.0
+
+
+_clip_gradient.defvjp(lambda x: (_clip_gradient(x), None), lambda residuals, g: (np.clip(g, -1.0, 1.0),))
+
+
+@mj.custom_vjp
+def _safe_log(x):
+    return np.log(x)
+
+
+_safe_log.defvjp(lambda x: (np.log(x), x), lambda x, g: (g / np.maximum(x, 1e-3),))
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_custom_vjp_uses_the_users_backward_rule(backend):
+    x = np.array([[0.5, -2.0, 3.0], [1.0, 4.0, -0.5], [1e-5, 2.0, 0.25]])
+    weights = np.array([5.0, -0.5, 2.0])
+
+    def loss(x):
+        return np.sum(_clip_gradient(x) * weights) + np.sum(_safe_log(np.abs(x)))
+
+    value, grad = mj.compile_loss(loss, backend=backend)(x)
+    np.testing.assert_allclose(value, np.sum(x * weights) + np.sum(np.log(np.abs(x))))
+    expected = np.clip(weights, -1, 1) + np.sign(x) / np.maximum(np.abs(x), 1e-3)
+    np.testing.assert_allclose(grad, np.broadcast_to(expected, x.shape))
+    np.testing.assert_allclose(_safe_log(np.array([2.0])), np.log([2.0]))   # eager: the function itself
+
+
+def test_custom_vjp_needs_its_rule_and_one_cotangent_per_argument():
+    @mj.custom_vjp
+    def f(x, y):
+        return x * y
+
+    with pytest.raises(mj.TracingError, match="defvjp"):
+        mj.compile_loss(lambda x: np.sum(f(x, x)), backend="interp")(np.ones(2))
+    f.defvjp(lambda x, y: (x * y, None), lambda residuals, g: (g,))
+    with pytest.raises(mj.TracingError, match="1 cotangents for 2 arguments"):
+        mj.compile_loss(lambda x: np.sum(f(x, x)), backend="interp")(np.ones(2))
+
+
+def test_stop_gradient_blocks_only_its_path():
+    x = np.array([1.0, -2.0, 3.0])
+    for backend in ("interp", "numba"):
+        _, grad = mj.compile_loss(lambda x: np.sum(x * mj.stop_gradient(x) + mj.stop_gradient(x ** 3)), backend=backend)(x)
+        np.testing.assert_array_equal(grad, x)
+
+
+def _counts(fn, *args) -> str:
+    """The instruction counts of the compiled step (the first line of its source); only the last
+    argument is differentiated, so views of the others appear in the forward loops alone."""
+    first = mj.compile_loss(fn, argnums=len(args) - 1).source(*args).splitlines()[0]
+    return first.split(":", 1)[1].split(";")[0]
+
+
+@pytest.mark.parametrize("view, plain", [
+    (lambda x, y: np.flip(x, 1) * y, lambda x, y: x * y),
+    (lambda x, y: np.flipud(np.fliplr(x)) * y, lambda x, y: x * y),
+    (lambda x, y: np.moveaxis(x.T, 0, 1) * y, lambda x, y: x * y),
+    (lambda x, y: np.diagonal(x) * y[0, :4], lambda x, y: x[0, :4] * y[0, :4]),
+    (lambda x, y: np.einsum("ii->i", x[:, :4]) * y[1, :4], lambda x, y: x[0, :4] * y[1, :4]),
+])
+def test_new_views_fuse_like_the_existing_ones(view, plain):
+    x, y = np.ones((4, 5)), np.full((4, 5), 2.0)
+    assert _counts(lambda x, y: np.sum(np.sin(view(x, y))), x, y) == \
+        _counts(lambda x, y: np.sum(np.sin(plain(x, y))), x, y)
+
+
+@pytest.mark.parametrize("name", ["logsumexp", "softmax", "log_softmax"])
+def test_scipy_functions_that_convert_with_asarray_point_to_mj(name):
+    with pytest.raises(mj.UnsupportedError, match=rf"scipy\.special\.{name} does not trace.*mj\.{name}"):
+        mj.trace(lambda x: getattr(sp, name)(x), np.ones(3))
+
+
+def test_new_functions_compile_once_for_every_batch_size():
+    def loss(w, x, y):
+        s = np.einsum("bi,ij->bj", x, w)
+        return (np.mean(sp.log_expit(s) * np.flip(s, 1)) + np.mean(np.cumsum(s, axis=1))
+                + np.mean(np.argmax(s, axis=1) == y) + np.mean(np.tile(s, (1, 2))) + np.mean(np.repeat(s, 2, axis=1))
+                + np.mean(np.einsum("bi,bj->b", x, np.tanh(s) @ w.T)) + np.mean(np.pad(s, ((0, 0), (1, 1)))))
+
+    rng = np.random.default_rng(5)
+    w = rng.normal(size=(4, 3))
+    step, reference = mj.compile_loss(loss), mj.compile_loss(loss, backend="interp")
+    for n in (5, 9):
+        x, y = rng.normal(size=(n, 4)), rng.integers(0, 3, n)
+        (value, grad), (ref_value, ref_grad) = step(w, x, y), reference(w, x, y)
+        np.testing.assert_allclose(value, ref_value, rtol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-14)
+    assert step.cache_info().misses == 1
