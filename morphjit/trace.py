@@ -178,7 +178,7 @@ class Tracer:
     __or__ = lambda self, other: A.bitwise_or(self, other)
     __ror__ = lambda self, other: A.bitwise_or(other, self)
     __invert__ = lambda self: A.invert(self)
-    __getitem__ = lambda self, key: A.getitem(self, key)
+    __getitem__ = lambda self, key: getitem(self, key)
 
     def __setitem__(self, key, value):
         raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
@@ -309,7 +309,9 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
 
 class NotAnArray:
     """A traced value that cannot be an array (``x[mask]``, whose shape depends on the data);
-    ``why`` says what to write instead, ``loc`` is where it was made."""
+    ``why`` says what to write instead, ``loc`` is where it was made. The array functions pass it
+    on: an element-wise function of it is ``x.elementwise(fn, *operands)``, ``sum``/``mean`` of it
+    its own ``sum``/``mean``."""
     why = ""
     loc = None
 
@@ -331,3 +333,12 @@ def use_array_functions(namespace) -> None:
     the array layer is built on the tracer, so it installs itself here rather than being imported."""
     global A
     A = namespace
+
+
+getitem = None  # NumPy indexing, ``x[key]``, installed by ``morphjit.numpy_index``
+
+
+def use_indexing(function) -> None:
+    """Called by ``morphjit.numpy_index`` as it loads (it is built on the array layer)."""
+    global getitem
+    getitem = function
