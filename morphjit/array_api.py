@@ -36,7 +36,7 @@ def _value(x):
     if isinstance(x, Tracer):
         return x
     if isinstance(x, trace.NotAnArray):
-        raise UnsupportedError(f"an operand is {x.why}", x.loc or user_location())
+        raise UnsupportedError(f"an operand is {x.why}", user_location())
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):

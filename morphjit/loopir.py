@@ -7,6 +7,9 @@ need not know the node kinds. Instructions (``Gemm``, ``Lapack``, ``Nest``, ``Ro
 they run (``nests()``); ``kind`` names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
 each dispatch on the node class through one table, so a new kind is a class here plus one handler
 per table.
+
+One module by design: the node and instruction types, their walks and the plan printer are the
+vocabulary every consumer of a plan shares.
 """
 from __future__ import annotations
 

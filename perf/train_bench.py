@@ -43,7 +43,7 @@ from typing import Callable
 import numpy as np
 
 from perf import bench, report
-from perf.impls import JaxOps, Missing, TorchOps, _timed_first, _torch, named_loss
+from perf.impls import JaxOps, Missing, TorchOps, import_torch, named_loss, timed_first
 
 ROOT = bench.ROOT
 DEFAULT_JSON = os.path.join(ROOT, "perf", "train_results.json")
@@ -262,7 +262,7 @@ def build_jax(wl, opt, params, data):
     reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _, first = _timed_first(call)   # compiles; the check's steps then start from a fresh state again
+        _, first = timed_first(call)   # compiles; the check's steps then start from a fresh state again
     reset()
     donated = not any("donated buffers were not usable" in str(w.message) for w in caught)
     return TrainBuilt(call, lambda: {k: np.asarray(v) for k, v in cur["p"].items()}, reset,
@@ -271,7 +271,7 @@ def build_jax(wl, opt, params, data):
 
 
 def build_torch(wl, opt, params, data, compiled=False):
-    torch = _torch()
+    torch = import_torch()
     loss_fn = named_loss(wl, TorchOps())
     tparams = {k: torch.from_numpy(np.array(v)).requires_grad_(True) for k, v in params.items()}
     tdata = [torch.from_numpy(d) for d in data]
@@ -386,7 +386,7 @@ def run_optimizer(wl, opt: Opt, dtype: str, impl_names: list, budget_s: float, m
             b.reset()
             losses = []
             for i in range(CHECK_STEPS):
-                value, seconds = _timed_first(b.call)
+                value, seconds = timed_first(b.call)
                 if i == 0 and b.first_call_s is None:   # a builder that compiled ahead timed it itself
                     b.first_call_s = seconds
                 losses.append(float(_to_numpy(value)))
@@ -457,14 +457,14 @@ def run_workload(workload: str, dtype: str, impl_names: list, optimizers: list, 
 
     from perf.workloads import WORKLOADS
     wl = WORKLOADS[workload]
-    limits = bench._hold_threads(threads, impl_names)
+    limits = bench.hold_threads(threads, impl_names)
     results = {o: run_optimizer(wl, OPTIMIZERS[o], dtype, impl_names, budget_s, min_samples) for o in optimizers}
-    pools = bench._threadpools(limits)
+    pools = bench.threadpools_of(limits)
     if limits is not None:
         limits.restore_original_limits()
     return dict(workload=workload, dtype=dtype, description=wl.description, optimizers=results,
                 max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, threads=threads,
-                threadpools=pools, versions=bench._versions())
+                threadpools=pools, versions=bench.versions())
 
 
 # ================================================================ the runner
