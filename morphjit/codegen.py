@@ -165,9 +165,10 @@ DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) +
 
 
 @functools.cache
-def kernels_digest() -> str:
-    """A digest of ``morphjit/lapack.py``, whose kernels a cached step has compiled in."""
-    return hashlib.sha256((Path(__file__).parent / "lapack.py").read_bytes()).hexdigest()[:16]
+def source_digest(module: str) -> str:
+    """A digest of ``morphjit/<module>.py``, whose numba functions a cached step has compiled in
+    (numba's cache does not notice when a called function changes; the step's text must)."""
+    return hashlib.sha256((Path(__file__).parent / f"{module}.py").read_bytes()).hexdigest()[:16]
 
 
 class Writer:
@@ -363,9 +364,10 @@ class StepWriter(Writer):
         out.line("import numpy as np")
         out.line("import numba")
         out.line("from morphjit import vecmath as vm")
+        out.line(f"from morphjit import npymath as npm  # {source_digest('npymath')}")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
             # The kernels' digest makes the text, and so the disk-cache key, change with them.
-            out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
+            out.line(f"import morphjit.lapack as lapack  # kernels {source_digest('lapack')}")
         calls = self.helpers()
         out.line("")
         out.line("")

@@ -6,6 +6,8 @@ differences and autograd; these tests check that the compiled loops agree with t
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import scipy.special as sp
 import pytest
@@ -62,6 +64,41 @@ def test_integer_elementwise_compiled_matches_numpy():
         step = mj.compile_loss(lambda x, k: np.sum(x * integers(k)), argnums=(0,), backend=backend)
         value, (grad,) = step(x, k)
         np.testing.assert_array_equal(grad, expected.astype(F64))  # the gradient is the integer array
+
+
+def _edge_values(dtype) -> list:
+    if np.dtype(dtype).kind == "i":
+        info = np.iinfo(dtype)
+        return [0, 1, -1, 2, -7, 100, info.max, info.min]
+    info = np.finfo(dtype)
+    return [0.0, -0.0, 1.0, -1.0, 1.5, -1.5, 7.25, -3.0, info.max, -info.max, info.tiny,
+            -info.smallest_subnormal, np.inf, -np.inf, np.nan]
+
+
+def _division_family(a, b):
+    """Each op once (``np.floor_divide``, ``np.mod``, ``divmod`` and the rest are these ops)."""
+    return [a // b, a % b, np.fmod(a, b)]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_division_family_matches_numpy_bit_for_bit_on_edge_values(backend):
+    """Every pair of edge values (signed zeros, infinities, NaN, extremes; the most negative
+    integer by -1; zero divisors), in each dtype, through one compiled step: each result is the
+    gradient of ``sum(w * result)`` in ``w``."""
+    dtypes = [F32, F64, np.int32, np.int64]
+    pairs = [tuple(np.array(c, dt) for c in zip(*itertools.product(_edge_values(dt), repeat=2))) for dt in dtypes]
+
+    def loss(ws, pairs):
+        return sum(np.sum(w * t) for row, (a, b) in zip(ws, pairs) for w, t in zip(row, _division_family(a, b)))
+
+    with np.errstate(all="ignore"):
+        expected = [[t.astype(F64) for t in _division_family(a, b)] for a, b in pairs]
+    ws = [[np.ones(len(a)) for _ in row] for (a, _), row in zip(pairs, expected)]
+    _, grads = mj.compile_loss(loss, backend=backend)(ws, pairs)
+    for dtype, got_row, want_row in zip(dtypes, grads, expected):
+        for k, (got, want) in enumerate(zip(got_row, want_row)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{dtype.__name__} term {k}")
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{dtype.__name__} term {k}")
 
 
 def test_python_round_and_divmod_on_tracers():
