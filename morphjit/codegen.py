@@ -80,12 +80,21 @@ def loop_invariants(ins: Nest) -> list:
     load would be one LLVM must assume a store may change, which keeps it from vectorising."""
     outs = {id(v) for v in ins.outs}
     found: dict = {}
+    # by identity: a body is a DAG (a Newton step reads its input several times), walked as a
+    # tree it takes exponential time
+    known: dict[int, bool] = {}
+    visited: set[int] = set()
 
     def invariant(e) -> bool:
-        rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
-        return rule is not None and rule(e, outs, invariant)
+        if id(e) not in known:
+            rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
+            known[id(e)] = rule is not None and rule(e, outs, invariant)
+        return known[id(e)]
 
     def visit(e) -> None:
+        if id(e) in visited:
+            return
+        visited.add(id(e))
         if invariant(e):
             if not isinstance(e, Const):
                 found[e] = None
@@ -249,7 +258,7 @@ class Writer:
                    for a in accs]
         if not in_registers:
             for a in accs:
-                self.fill_loop(a.out, literal(OPS[a.op].init, a.out.dtype))
+                self.fill_loop(a.out, literal(OPS[a.op].start(a.out.dtype), a.out.dtype))
         outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
         body = Body(out, self.names, idx)
         for e in loop_invariants(ins):
@@ -262,7 +271,7 @@ class Writer:
                 self.iteration(ins, body, idx, accumulators)
             else:
                 for acc, a in zip(accumulators, accs):
-                    out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
+                    out.line(f"{acc} = {literal(OPS[a.op].start(a.out.dtype), a.out.dtype)}")
                 with hoisting_loops(out, body, exprs, domain, list(axes), outer + list(range(bound))):
                     self.iteration(ins, body, idx, accumulators)
                 for acc, a, target in zip(accumulators, accs, targets):
@@ -292,7 +301,7 @@ class Writer:
         across = [a for part in ins.parts for a in part.accumulations if min(a.axes) < p]
         names = {id(a): f"racc{k}" for k, a in enumerate(across)}
         for a in across:
-            out.line(f"{names[id(a)]} = {literal(OPS[a.op].init, a.out.dtype)}")
+            out.line(f"{names[id(a)]} = {literal(OPS[a.op].start(a.out.dtype), a.out.dtype)}")
         with loops(out, ins.prefix, idx):
             for part in ins.parts:
                 if any(id(a) in names for a in part.accumulations):

@@ -136,9 +136,9 @@ def _affine(imap, domain) -> list[np.ndarray]:
 
 def _evaluate(expr, domain, buffer, known, batch, acc=None) -> np.ndarray:
     """A loop body evaluated at every point of the domain at once."""
-    if expr in known:
-        return known[expr]
-    return EVALUATE[type(expr)](expr, domain, buffer, known, batch, acc)
+    if expr not in known:   # each node of the body's DAG once
+        known[expr] = EVALUATE[type(expr)](expr, domain, buffer, known, batch, acc)
+    return known[expr]
 
 
 def _load(expr: Load, domain, buffer, known, batch, acc) -> np.ndarray:

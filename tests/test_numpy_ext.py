@@ -143,6 +143,48 @@ def test_special_functions_compiled_match_reference(dtype):
         np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
 
 
+def _towards_one(dtype) -> np.ndarray:
+    """Points approaching +-1 down to the last float below 1, the edges, and the middle."""
+    eps = np.finfo(dtype).epsneg
+    near = np.concatenate([1 - np.arange(1, 9) * eps, 1 - np.geomspace(eps * 16, 0.5, 40)])
+    x = np.concatenate([near, -near, np.linspace(-0.9, 0.9, 19), [1.0, -1.0, 0.0, 1e-300]])
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_erfinv_and_its_gradient_match_scipy_up_to_one(backend):
+    """Within a few ulps of SciPy's value, so that the gradient exp(erfinv(x)^2) sqrt(pi) / 2
+    (whose relative error is about 70x erfinv's near 1) stays close too. The values are the
+    gradient in ``w`` of ``sum(w * erfinv(x))``, the derivatives its gradient in ``x``."""
+    xs = [_towards_one(F64), _towards_one(F32)]
+    ws = [np.ones_like(x) for x in xs]
+    step = mj.compile_loss(lambda ws, xs: sum(np.sum(w * sp.erfinv(x)) for w, x in zip(ws, xs)),
+                           argnums=(0, 1), backend=backend)
+    _, (values, derivatives) = step(ws, xs)
+    for x, got, derivative, ulps, rtol in zip(xs, values, derivatives, (4, 2), (1e-13, 1e-5)):
+        want = sp.erfinv(x)
+        finite = np.isfinite(want)
+        assert np.all(np.abs(got[finite] - want[finite]) <= ulps * np.spacing(np.abs(want[finite]))), x.dtype
+        np.testing.assert_array_equal(got[~finite], want[~finite])
+        expected = np.sqrt(np.pi) / 2 * np.exp(want.astype(F64) ** 2)
+        np.testing.assert_allclose(derivative, expected.astype(x.dtype), rtol=rtol)
+
+
+def test_a_body_that_reads_each_value_several_times_compiles_in_linear_time():
+    """A chain of steps each reading the previous value three times (like erfinv's Newton steps)
+    is a DAG: walked, rebuilt, hashed or compared as a tree it would take 3^20 steps."""
+    def loss(x):
+        y = x
+        for _ in range(20):
+            y = y * 0.5 + np.sin(y) * y * 0.25
+        return np.sum(y)
+
+    x = np.linspace(-1, 1, 7)
+    expected = loss(x)
+    for backend in ("numba", "interp"):
+        np.testing.assert_allclose(mj.compile_loss(loss, backend=backend)(x)[0], expected, rtol=1e-12)
+
+
 def test_unsupported_scipy_ufunc_is_named_by_its_scipy_path():
     with pytest.raises(mj.UnsupportedError, match=r"scipy\.special\.gamma is not supported.*gammaln"):
         mj.trace(lambda x: sp.gamma(x), np.ones(3))
@@ -312,3 +354,34 @@ def test_new_functions_compile_once_for_every_batch_size():
         np.testing.assert_allclose(value, ref_value, rtol=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-14)
     assert step.cache_info().misses == 1
+
+
+def test_a_scipy_function_without_a_traceable_twin_gets_no_hint():
+    import scipy.linalg
+
+    with pytest.raises(mj.UnsupportedError, match=r"scipy\.linalg\.expm does not trace") as error:
+        mj.trace(lambda a: np.sum(scipy.linalg.expm(a)), np.eye(2))
+    assert "mj." not in str(error.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_max_and_min_of_integer_arrays(backend):
+    """Rows made of the dtype's extremes too, where the start value shows; each result is the
+    gradient in ``w`` of ``sum(w * result)``."""
+    def extrema(k):
+        return [np.max(k, axis=1), np.amin(k, axis=0), k.max(), np.max(k > 0, axis=1)]
+
+    ks = []
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        ks.append(np.array([[info.min, info.min, info.min], [info.max, info.max, info.max], [-7, 3, 0]], dtype))
+    expected = [[t.astype(F64) for t in extrema(k)] for k in ks]
+    ws = [[np.ones(np.shape(t)) for t in row] for row in expected]
+
+    def loss(ws, ks):
+        return sum(np.sum(w * t) for row, k in zip(ws, ks) for w, t in zip(row, extrema(k)))
+
+    _, grads = mj.compile_loss(loss, backend=backend)(ws, ks)
+    for got_row, want_row in zip(grads, expected):
+        for got, want in zip(got_row, want_row):
+            np.testing.assert_array_equal(got, want)
