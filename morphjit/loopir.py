@@ -72,6 +72,10 @@ class Apply:
         # hashing it as a tree on every dictionary lookup takes exponential time
         return hash((self.op, self.args, self.params, self.dtype))
 
+    def __getstate__(self) -> dict:
+        # without the cached hash: a string's hash differs from one process to the next
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 @dataclass(frozen=True)
 class OneHot:
