@@ -11,6 +11,7 @@ Functions here take and return flat lists of NumPy arrays; pytrees are flattened
 """
 from __future__ import annotations
 
+import types
 import warnings
 
 import numpy as np
@@ -175,6 +176,15 @@ def check_against_autograd(ag_fun, primals, value, grads, *, rtol=1e-9, atol=1e-
 # ---------------------------------------------------------------------------------------------
 # Array namespaces: the same model code runs on morphjit, autograd.numpy or plain NumPy
 
+def _autograd_norm(x, ord=None, axis=None):
+    if x.ndim == 2 and axis is None and ord in (1, np.inf):
+        return anp.max(anp.sum(anp.abs(x), axis=0 if ord == 1 else 1))
+    if ord in (1, np.inf):
+        reduce = anp.sum if ord == 1 else anp.max
+        return reduce(anp.abs(x), axis=axis)
+    return anp.linalg.norm(x, ord, axis)
+
+
 class AutogradNS:
     """The subset of ``mj.*`` the tests use, implemented with autograd.numpy (and autograd.scipy)."""
 
@@ -206,15 +216,9 @@ class AutogradNS:
         w = anp.reshape(weights, (-1,) + (1,) * (x.ndim - axis % x.ndim - 1))
         return anp.sum(x * w, axis=axis) / anp.sum(w * anp.ones_like(x), axis=axis)
 
-    class linalg:
-        @staticmethod
-        def norm(x, ord=None, axis=None):
-            if x.ndim == 2 and axis is None and ord in (1, np.inf):
-                return anp.max(anp.sum(anp.abs(x), axis=0 if ord == 1 else 1))
-            if ord in (1, np.inf):
-                reduce = anp.sum if ord == 1 else anp.max
-                return reduce(anp.abs(x), axis=axis)
-            return anp.linalg.norm(x, ord, axis)
+    # autograd's linalg (ns.linalg.cholesky, ...), with NumPy's 1 and inf norms
+    linalg = types.SimpleNamespace(**{**{n: f for n, f in vars(anp.linalg).items() if not n.startswith("_")},
+                                      "norm": _autograd_norm})
 
     @staticmethod
     def stop_gradient(x):
