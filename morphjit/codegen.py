@@ -80,12 +80,21 @@ def loop_invariants(ins: Nest) -> list:
     load would be one LLVM must assume a store may change, which keeps it from vectorising."""
     outs = {id(v) for v in ins.outs}
     found: dict = {}
+    # by identity: a body is a DAG (a Newton step reads its input several times), walked as a
+    # tree it takes exponential time
+    known: dict[int, bool] = {}
+    visited: set[int] = set()
 
     def invariant(e) -> bool:
-        rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
-        return rule is not None and rule(e, outs, invariant)
+        if id(e) not in known:
+            rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
+            known[id(e)] = rule is not None and rule(e, outs, invariant)
+        return known[id(e)]
 
     def visit(e) -> None:
+        if id(e) in visited:
+            return
+        visited.add(id(e))
         if invariant(e):
             if not isinstance(e, Const):
                 found[e] = None
@@ -165,9 +174,10 @@ DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) +
 
 
 @functools.cache
-def kernels_digest() -> str:
-    """A digest of ``morphjit/lapack.py``, whose kernels a cached step has compiled in."""
-    return hashlib.sha256((Path(__file__).parent / "lapack.py").read_bytes()).hexdigest()[:16]
+def source_digest(module: str) -> str:
+    """A digest of ``morphjit/<module>.py``, whose numba functions a cached step has compiled in
+    (numba's cache does not notice when a called function changes; the step's text must)."""
+    return hashlib.sha256((Path(__file__).parent / f"{module}.py").read_bytes()).hexdigest()[:16]
 
 
 class Writer:
@@ -248,7 +258,7 @@ class Writer:
                    for a in accs]
         if not in_registers:
             for a in accs:
-                self.fill_loop(a.out, literal(OPS[a.op].init, a.out.dtype))
+                self.fill_loop(a.out, literal(OPS[a.op].start(a.out.dtype), a.out.dtype))
         outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
         body = Body(out, self.names, idx)
         for e in loop_invariants(ins):
@@ -261,7 +271,7 @@ class Writer:
                 self.iteration(ins, body, idx, accumulators)
             else:
                 for acc, a in zip(accumulators, accs):
-                    out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
+                    out.line(f"{acc} = {literal(OPS[a.op].start(a.out.dtype), a.out.dtype)}")
                 with hoisting_loops(out, body, exprs, domain, list(axes), outer + list(range(bound))):
                     self.iteration(ins, body, idx, accumulators)
                 for acc, a, target in zip(accumulators, accs, targets):
@@ -291,7 +301,7 @@ class Writer:
         across = [a for part in ins.parts for a in part.accumulations if min(a.axes) < p]
         names = {id(a): f"racc{k}" for k, a in enumerate(across)}
         for a in across:
-            out.line(f"{names[id(a)]} = {literal(OPS[a.op].init, a.out.dtype)}")
+            out.line(f"{names[id(a)]} = {literal(OPS[a.op].start(a.out.dtype), a.out.dtype)}")
         with loops(out, ins.prefix, idx):
             for part in ins.parts:
                 if any(id(a) in names for a in part.accumulations):
@@ -363,9 +373,10 @@ class StepWriter(Writer):
         out.line("import numpy as np")
         out.line("import numba")
         out.line("from morphjit import vecmath as vm")
+        out.line(f"from morphjit import npymath as npm  # {source_digest('npymath')}")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
             # The kernels' digest makes the text, and so the disk-cache key, change with them.
-            out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
+            out.line(f"import morphjit.lapack as lapack  # kernels {source_digest('lapack')}")
         calls = self.helpers()
         out.line("")
         out.line("")

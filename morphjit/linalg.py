@@ -20,6 +20,7 @@ NumPy does; NaN input gives NaN results, as in NumPy.
 """
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
 
 import numpy as np
@@ -30,7 +31,7 @@ from .errors import DtypeError, ShapeError, UnsupportedError, user_location
 from .ir import TensorType, is_float
 from .numpy_index import getitem
 from .ops import LINALG, OPS, broadcast_shapes, defop, same_dtype
-from .trace import Tracer
+from .trace import TWIN_NAMESPACES, Tracer
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
@@ -384,3 +385,6 @@ A.FUNCTIONS.update({
     np.linalg.slogdet: slogdet, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.qr: qr,
     np.linalg.lstsq: lstsq, np.linalg.pinv: pinv,
 })
+
+
+TWIN_NAMESPACES["scipy.linalg"] = ("mj.linalg", sys.modules[__name__])
