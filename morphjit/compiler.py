@@ -235,7 +235,7 @@ class CallSite:
 
     def steps(self) -> list:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
-        return list({id(s): s for s in self.by_leaves.values()}.values())
+        return list({id(s): s for s in list(self.by_leaves.values())}.values())   # a snapshot: others may add
 
     def stats(self, kernel_of) -> CallStats:
         """The call statistics; ``kernel_of(step)`` is its dispatcher, or None (interp)."""
@@ -419,6 +419,11 @@ class Compiled:
         self._static = StaticArguments.of(fn, static_argnums, static_argnames)
         self._bound: dict = {}   # static values -> the same compiled kind of fn with them bound
 
+    @property
+    def static_argnums(self) -> tuple[int, ...]:
+        """The positions of the static arguments (those named by static_argnames included)."""
+        return () if self._static is None else self._static.positions
+
     def _options(self) -> dict:
         return dict(backend=self.backend, cache=self.cache, static_shapes=self.static_shapes)
 
@@ -433,7 +438,7 @@ class Compiled:
             with self._site.compiling:
                 compiled = self._bound.get(key)
                 if compiled is None:
-                    compiled = self._bound[key] = self._bind(self._static.bound(self.fn, args))
+                    compiled = self._bound[key] = self._bind(self._static.bound(self.fn, key))
         return compiled, dynamic
 
     def _explained(self, error: ValueError, args) -> ValueError:
@@ -553,11 +558,6 @@ class CompiledLoss(Compiled):
         if self._static is not None:
             self._static.check_traced(argnums, "differentiated")
 
-    @property
-    def static_argnums(self) -> tuple[int, ...]:
-        """The positions of the static arguments (those named by static_argnames included)."""
-        return () if self._static is None else self._static.positions
-
     def _bind(self, fn) -> CompiledLoss:
         argnums = self._static.dynamic_argnums(self.argnums)
         return CompiledLoss(fn, argnums, has_aux=self.has_aux, **self._options())
@@ -622,4 +622,86 @@ def compile_loss(fn=None, *, argnums=0, has_aux=False, static_argnums=(), static
     """
     def compiled(f):
         return CompiledLoss(f, argnums, backend, cache, static_shapes, has_aux, static_argnums, static_argnames)
+    return compiled if fn is None else compiled(fn)
+
+
+class CompiledGrad(CompiledLoss):
+    """``mj.grad``: a compiled loss whose call returns the gradients only (``(grads, aux)`` with
+    ``has_aux``), as JAX's ``grad`` does; the same step computes (and drops) the value."""
+
+    kind = "compiled gradient"
+
+    def __call__(self, *args, out=None, **kwargs):
+        __tracebackhide__ = True  # noqa: F841
+        value, grads = super().__call__(*args, out=out, **kwargs)
+        return (grads, value[1]) if self.has_aux else grads
+
+
+def value_and_grad(fn, argnums=0, has_aux=False, *, static_argnums=(), static_argnames=(), backend="numba",
+                   cache=True, static_shapes=False) -> CompiledLoss:
+    """JAX's spelling of `compile_loss`: ``value_and_grad(fn)(*args)`` returns ``(value, grads)``
+    (``((value, aux), grads)`` with ``has_aux``). ``argnums`` (an int or a tuple) may name data
+    arguments too: ``argnums=1`` gives the gradient with respect to the inputs (saliency)."""
+    return CompiledLoss(fn, argnums, backend, cache, static_shapes, has_aux, static_argnums, static_argnames)
+
+
+def grad(fn, argnums=0, has_aux=False, *, static_argnums=(), static_argnames=(), backend="numba",
+         cache=True, static_shapes=False) -> CompiledGrad:
+    """JAX's ``grad``: ``grad(fn)(*args)`` returns the gradients of ``fn``'s scalar value with
+    respect to the arguments ``argnums`` (``(grads, aux)`` with ``has_aux``); one compiled step,
+    as `compile_loss` makes, with its cache, ``out=`` and ``explain``."""
+    return CompiledGrad(fn, argnums, backend, cache, static_shapes, has_aux, static_argnums, static_argnames)
+
+
+class CompiledFunction(Compiled):
+    """A function compiled forward-only, per input signature, into a step returning what it
+    returns (any tree of arrays; 0-d results as 0-d arrays): no gradient work."""
+
+    kind = "compiled function"
+    front, native = pipeline.FORWARD_FRONT, pipeline.FORWARD_NATIVE
+
+    def __init__(self, fn, backend="numba", cache=True, static_shapes=False, static_argnums=(), static_argnames=()):
+        super().__init__(fn, backend, cache, static_shapes, static_argnums, static_argnames)
+
+    def _bind(self, fn) -> CompiledFunction:
+        return CompiledFunction(fn, **self._options())
+
+    def __call__(self, *args, **kwargs):
+        """What ``fn(*args)`` returns, computed by the compiled step. Keyword arguments are bound
+        to the function's positional parameters."""
+        __tracebackhide__ = True  # noqa: F841
+        if self._static is not None:
+            compiled, args = self._with_static(args, kwargs)
+            return compiled(*args)
+        if kwargs:
+            args = self._positional(args, kwargs)
+        site = self._site
+        if site.fast is not None:
+            try:
+                result = site.fast(args)
+            except ValueError as error:
+                raise self._explained(error, args) from None
+            if result is not None:
+                site.hits.add()
+                return result
+        step, leaves = self._step(args)
+        site.fast = step.fast
+        try:
+            outputs = step.run(*leaves)
+        except ValueError as error:
+            raise label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error from None
+        return pytree.unflatten(step.out_tree, [np.asarray(o) for o in outputs])
+
+    def _fast_path(self, spec, leaf_signatures, native, batched, out_tree):
+        return fast_forward(spec.treedef, leaf_signatures, out_tree, native, batched)
+
+
+def compile(fn=None, *, static_argnums=(), static_argnames=(), backend="numba", cache=True, static_shapes=False):
+    """Compile ``fn(*args) -> outputs`` (any tree of arrays) forward-only: ``predict =
+    mj.compile(model)``. As `compile_loss` does, one step serves every batch size (the leading
+    extent of the data arguments: all but the first of several, which holds the parameters),
+    steps are cached in memory and on disk, and static arguments are baked in; no gradient is
+    computed. Usable as ``@compile`` or ``@compile(backend=...)``."""
+    def compiled(f):
+        return CompiledFunction(f, backend, cache, static_shapes, static_argnums, static_argnames)
     return compiled if fn is None else compiled(fn)

@@ -18,6 +18,11 @@ class StaticArguments:
     def __init__(self, fn, positions: tuple[int, ...]):
         self.positions = positions
         self.fn = fn
+        parameters = [p for p in signature_parameters(fn) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        # A static argument left out is its default: the same key as the call passing it
+        self.defaults = {i: parameters[i].default for i in positions
+                         if i < len(parameters) and parameters[i].default is not parameters[i].empty}
+        self.names = {i: parameters[i].name for i in positions if i < len(parameters)}
 
     @classmethod
     def of(cls, fn, static_argnums, static_argnames) -> StaticArguments | None:
@@ -41,32 +46,43 @@ class StaticArguments:
         return f"{names[position]} (argument {position})"
 
     def split(self, args) -> tuple[tuple, tuple]:
-        """The call's key (its static values, each with its type) and its other arguments."""
+        """The call's key (how many traced arguments, and the static values, each with its type,
+        defaults filled in) and its traced arguments."""
         static = []
         for i in self.positions:
-            if i < len(args):
-                try:
-                    hash(args[i])
-                except TypeError:
-                    raise TracingError(
-                        f"{self.describe(i)} of {self.fn.__name__} is static, so it must be hashable (it is "
-                        f"part of the cache key), but it is a {type(args[i]).__name__}: pass a tuple or "
-                        f"another hashable value, or leave it out of static_argnums/static_argnames to "
-                        f"trace it", user_location()) from None
-                static.append((i, type(args[i]), args[i]))
+            if i >= len(args) and i not in self.defaults:
+                continue
+            value = args[i] if i < len(args) else self.defaults[i]
+            try:
+                hash(value)
+            except TypeError:
+                raise TracingError(
+                    f"{self.describe(i)} of {self.fn.__name__} is static, so it must be hashable (it is "
+                    f"part of the cache key), but it is a {type(value).__name__}: pass a tuple or "
+                    f"another hashable value, or leave it out of static_argnums/static_argnames to "
+                    f"trace it", user_location()) from None
+            static.append((i, type(value), value))
         dynamic = tuple(a for i, a in enumerate(args) if i not in self.positions)
-        return (len(args), tuple(static)), dynamic
+        return (len(dynamic), tuple(static)), dynamic
 
-    def bound(self, fn, args):
-        """``fn`` with the static values of ``args`` bound: a function of the other arguments,
-        whose signature names them (as error messages and argument paths do)."""
-        count = len(args)
-        static = {i: args[i] for i in self.positions if i < count}
+    def bound(self, fn, key):
+        """``fn`` with the static values of ``key`` bound: a function of the traced arguments,
+        whose signature names them (as error messages and argument paths do). Static values after
+        the last traced argument are passed by name."""
+        n_dynamic, items = key
+        static = {i: value for i, _, value in items}
+        count = placed = 0
+        while placed < n_dynamic:
+            placed += count not in static
+            count += 1
+        while any(i >= count and i not in self.names for i in static):   # no name: positional
+            count += 1
+        by_name = {self.names[i]: value for i, value in static.items() if i >= count}
 
         @functools.wraps(fn)
         def with_static(*dynamic):
             it = iter(dynamic)
-            return fn(*[static[i] if i in static else next(it) for i in range(count)])
+            return fn(*[static[i] if i in static else next(it) for i in range(count)], **by_name)
 
         names = [n if n.isidentifier() else f"args_{i}" for i, n in enumerate(argument_names(fn, count))]
         with_static.__signature__ = inspect.Signature(
@@ -89,9 +105,12 @@ class StaticArguments:
                                 f"{what}; remove it from static_argnums/static_argnames or from argnums")
 
 
-def positional_names(fn) -> list[str]:
+def signature_parameters(fn) -> list[inspect.Parameter]:
     try:
-        parameters = inspect.signature(fn).parameters.values()
+        return list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         return []
-    return [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+def positional_names(fn) -> list[str]:
+    return [p.name for p in signature_parameters(fn) if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]

@@ -127,7 +127,7 @@ class TrainStep:
         (with ``has_aux``, the loss and the aux values before it)."""
         if self._static is not None:
             key, (params, *data) = self._static.split((params,) + data)
-            return self._with_static(key, (params,) + tuple(data))(params, state, *data, lr=lr)
+            return self._with_static(key)(params, state, *data, lr=lr)
         step_count = self._check_state(state)
         lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
@@ -144,25 +144,16 @@ class TrainStep:
         state[STEP][...] = step_count + 1
         return loss
 
-    def _with_static(self, key, args) -> TrainStep:
+    def _with_static(self, key) -> TrainStep:
         """The training step of the function with the static values of ``key`` bound."""
         bound = self._bound.get(key)
         if bound is None:
             with self._site.compiling:
                 bound = self._bound.get(key)
                 if bound is None:
-                    full = self._full_arguments(key, args)
-                    bound = self._bound[key] = TrainStep(self._static.bound(self.fn, full), self.optimizer,
+                    bound = self._bound[key] = TrainStep(self._static.bound(self.fn, key), self.optimizer,
                                                          self.backend, self.cache, self.static_shapes, self.has_aux)
         return bound
-
-    @staticmethod
-    def _full_arguments(key, dynamic) -> tuple:
-        """The call's arguments, static and traced, from its key and its traced ones."""
-        count, static = key
-        values = {i: value for i, _, value in static}
-        it = iter(dynamic)
-        return tuple(values[i] if i in values else next(it) for i in range(count))
 
     def _checked_call(self, args, scalars):
         """The slow path: find (or compile) the step for the arguments' signature, check, run."""
