@@ -295,3 +295,34 @@ def test_call_statistics_can_be_read_while_other_threads_compile():
     run_threads(work)
     stats = loss.cache_info()
     assert stats.misses == len(sizes) and len(stats.signatures) == len(sizes)
+
+
+# ---------------------------------------------------------------------------------------------
+# The disk cache
+
+CHILD = """
+import json, sys
+import numpy as np
+import morphjit as mj
+sys.path.insert(0, {tests!r})
+import test_api as t
+rng = np.random.default_rng(0)
+params, x, labels = {{"W": rng.standard_normal((4, 3)), "b": rng.standard_normal(3)}}, rng.standard_normal((9, 4)), rng.integers(0, 3, 9)
+compiled = [mj.compile_loss(t.loss_with_metrics, has_aux=True), mj.compile(t.predict),
+            mj.compile_loss(t.powered, static_argnums=2)]
+compiled[0](params, x, labels), compiled[1](params, x), compiled[2](params, x, 3)
+print(json.dumps([c.cache_info().disk_loads for c in compiled]))
+"""
+
+
+def test_aux_forward_and_static_steps_load_from_the_disk_cache(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, MORPHJIT_CACHE_DIR=str(tmp_path))
+    code = CHILD.format(tests=os.path.dirname(__file__))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    assert [json.loads(r.stdout.splitlines()[-1]) for r in runs] == [[0, 0, 0], [1, 1, 1]]
