@@ -2,8 +2,9 @@
 
     trace -> vjp -> passes -> lower -> passes -> plan -> codegen -> load
 
-A forward-only function (``mj.compile``) skips vjp (`FORWARD_NATIVE`). Each `Stage` reads the `Build` of one compilation and fills in one of its fields. `run` times each
-stage (``feedback.Timings``, shown by ``explain`` and the status line), prints what it made when
+A forward-only function (``mj.compile``) skips vjp (`FORWARD_NATIVE`). Each `Stage` reads the
+`Build` of one compilation and fills in one of its fields. `run` times each stage
+(``feedback.Timings``, shown by ``explain`` and the status line), prints what it made when
 ``MORPHJIT_DUMP`` names it, and verifies a program it made under ``MORPHJIT_VERIFY``. The interp
 backend runs `FRONT` only; a training step inserts its own stages (``train.py``: the optimiser
 update after the first passes, the in-place writes after plan) into the same list.
@@ -186,6 +187,7 @@ def trace_outputs(fn, args, batched=frozenset()) -> tuple[Program, object]:
 
 
 def traced_program(fn, args, batched):
+    """``trace_with_tree``, its error extended when an argument holds Python lists of numbers."""
     try:
         return trace_with_tree(fn, args, batched)
     except TracingError as error:
