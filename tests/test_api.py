@@ -142,7 +142,7 @@ def test_has_aux_refuses_aux_holding_something_other_than_arrays(problem, backen
 
 def predict(params, x):
     z = model(params, x)
-    return {"probs": mj.softmax(z, axis=1), "positive": z > 0, "total": np.sum(z)}
+    return {"probs": mj.softmax(z, axis=1), "positive": z > 0, "total": np.sum(z), "label": np.argmax(z, axis=1)}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -152,10 +152,10 @@ def test_compile_returns_the_uncompiled_outputs_at_every_batch_size(problem, bac
     for n in (9, 4, 9):
         got = forward(params, x[:n])
         assert_trees_close(got, predict(params, x[:n]))
-        assert got["positive"].dtype == bool and got["total"].shape == ()
+        assert got["positive"].dtype == bool and got["total"].shape == () and got["label"].dtype == np.int64
     assert forward.cache_info().misses == 1 and forward.cache_info().hits == 2
     assert "vjp" not in forward.steps()[0].timings.stages   # no gradient work
-    assert len(forward.program(params, x).outputs) == 3
+    assert len(forward.program(params, x).outputs) == 4
     value = mj.compile(plain_loss, backend=backend)(params, x, labels)
     assert value == mj.compile_loss(plain_loss, backend=backend)(params, x, labels)[0]
 
