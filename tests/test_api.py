@@ -256,6 +256,14 @@ def test_static_arguments_refuse_unhashable_values_and_traced_positions(problem)
         mj.train_step(powered, mj.optim.sgd(0.1), static_argnums=0)
 
 
+
+def test_dask_refuses_what_it_cannot_ship():
+    pytest.importorskip("dask")
+    for loss in (mj.compile_loss(loss_with_metrics, has_aux=True), mj.compile_loss(powered, static_argnums=2)):
+        with pytest.raises(ValueError, match="without has_aux and static arguments"):
+            mj.dask.Shipped.of(loss)
+
+
 # ---------------------------------------------------------------------------------------------
 # Call statistics under threads
 
