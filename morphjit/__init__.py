@@ -31,7 +31,8 @@ from .numpy_shape import (
 )
 from .custom import custom_vjp, stop_gradient
 from .cache import cache_info, clear_cache, prune_cache
-from .compiler import CompiledLoss, compile_loss, grad_program
+from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
+                       value_and_grad)
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
 from .ir import Program, parse
