@@ -34,6 +34,8 @@ from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
+from .pytree import ravel_pytree
+from .second import hessian, hvp
 from .ir import Program, parse
 from .trace import trace
 from .train import TrainStep, train_step
