@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import array_api as A
-from .errors import MorphjitError
+from .errors import MorphjitError, UnsupportedError
 from .ir import Binding, Lit, Program, TensorType, Var, is_float
 from .ops import OPS
 from .trace import Trace, Tracer
@@ -59,12 +59,15 @@ def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) ->
 
 
 def active_values(bindings: Sequence[Binding], wrt: Sequence[Var]) -> set[int]:
-    """Float values that depend on a differentiated input through differentiable ops."""
+    """Float values that depend on a differentiated input. A float op without a VJP rule on such
+    a value is refused: taking its result as constant would give a silently wrong gradient."""
     active = {id(v) for v in wrt}
     for b in bindings:
-        op = OPS[b.op]
-        if op.differentiable and is_float(b.out.dtype) and any(id(x) in active for x in b.inputs
-                                                                   if isinstance(x, Var)):
+        if is_float(b.out.dtype) and any(id(x) in active for x in b.inputs if isinstance(x, Var)):
+            if not OPS[b.op].differentiable:
+                raise UnsupportedError(f"{b.op} has no VJP rule, but its float result depends on a "
+                                       f"differentiated value; wrap its operands in mj.stop_gradient if no "
+                                       f"gradient should flow through it", b.loc)
             active.add(id(b.out))
     return active
 
