@@ -36,6 +36,7 @@ from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, Tracin
 from .interp import run
 from .pytree import ravel_pytree
 from .second import hessian, hvp
+from .scipy_adapter import scipy_objective
 from .ir import Program, parse
 from .trace import trace
 from .train import TrainStep, train_step

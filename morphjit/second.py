@@ -175,11 +175,9 @@ class Hessian:
     """``hessian(params, *data)``: the dense Hessian of ``fn`` over the flat parameter vector
     (``mj.ravel_pytree(params)[0]``), one HVP per basis vector through the one compiled step."""
 
-    def __init__(self, fn, backend=None, cache=None, static_shapes=None,
-                 max_parameters=MAX_HESSIAN_PARAMETERS):
-        self.hvp = HVP(fn, backend, cache, static_shapes)
-        functools.update_wrapper(self, self.hvp.fn)
-        self.max_parameters = max_parameters
+    def __init__(self, hvp: HVP, max_parameters=MAX_HESSIAN_PARAMETERS):
+        self.hvp, self.max_parameters = hvp, max_parameters
+        functools.update_wrapper(self, hvp.fn)
 
     def __call__(self, params, *data) -> np.ndarray:
         __tracebackhide__ = True  # noqa: F841
@@ -211,5 +209,6 @@ def hessian(fn=None, *, backend=None, cache=None, static_shapes=None,
     vector ``mj.ravel_pytree(params)[0]`` (row ``i`` is ``H e_i``, from the compiled HVP step). It
     refuses more than ``max_parameters`` parameters (default 2000)."""
     if fn is None:
-        return lambda f: Hessian(f, backend, cache, static_shapes, max_parameters)
-    return Hessian(fn, backend, cache, static_shapes, max_parameters)
+        return lambda f: hessian(f, backend=backend, cache=cache, static_shapes=static_shapes,
+                                 max_parameters=max_parameters)
+    return Hessian(HVP(fn, backend, cache, static_shapes), max_parameters)
