@@ -167,6 +167,16 @@ def _check_model(name, backend):
     assert_close(hv_again, hv, 0, f"{name}: grad_and_hvp")
 
 
+def test_a_float32_hvp_stays_float32():
+    model, params, v, data = _model_case("mlp3")
+    as32 = lambda tree: unflatten_like(tree, [np.asarray(x, np.float32) if np.asarray(x).dtype.kind == "f"  # noqa: E731
+                                              else x for x in flat_leaves(tree)])
+    hv = mj.hvp(lambda p, *d: model(mj, p, *d), backend="interp")(as32(params), as32(v), *as32(data))
+    assert all(h.dtype == np.float32 for h in flat_leaves(hv))
+    reference = autograd_hvp(lambda p: model(AG, p, *as32(data)), as32(params), as32(v))
+    assert_close(hv, [r.astype(np.float32) for r in reference], 1e-5, "float32 against autograd at the same point")
+
+
 def test_hvp_serves_every_batch_size_with_one_step_and_is_cached_on_disk():
     model, params, v, (x, labels) = _model_case("mlp2")
     hvp = mj.hvp(lambda p, x, y: model(mj, p, x, y))
