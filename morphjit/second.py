@@ -31,6 +31,8 @@ def traced_grad(fn, params, *data):
     into the trace ``params`` belong to."""
     leaves, treedef = pytree.flatten(params)
     t = A.trace_of(leaves)
+    if t is None:
+        return params     # nothing to differentiate
     start = len(t.bindings)
     loss = scalar_loss(fn, fn(params, *data))
     grads = backward(t, t.bindings[start:], t.operand(loss, lift_literals=True), [x.operand for x in leaves])
@@ -61,7 +63,7 @@ def check_tangent(params, v, names: tuple[str, str]) -> None:
                            user_location())
     for path, p, t in zip(pytree.leaf_paths(v_tree, names[1]), p_leaves, v_leaves):
         if (p.shape, p.dtype) != (t.shape, t.dtype):
-            raise ShapeError(f"{path} is {t.type}, but the parameter it is a direction for is {p.type}",
+            raise (ShapeError if p.shape != t.shape else DtypeError)(f"{path} is {t.type}, but the parameter it is a direction for is {p.type}",
                              user_location())
 
 
@@ -78,7 +80,7 @@ def directional_gradient(fn):
     def directional(params, v, *data):
         check_tangent(params, v, (names[0], v_name))
         grads, _ = pytree.flatten(traced_grad(fn, params, *data))
-        return functools.reduce(operator.add, (A.sum(g * t) for g, t in zip(grads, pytree.flatten(v)[0])))
+        return functools.reduce(operator.add, (A.sum(g * t) for g, t in zip(grads, pytree.flatten(v)[0])), 0.0)
 
     directional.__name__ = directional.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
     parameters = signature_parameters(fn)
@@ -126,7 +128,7 @@ class HVP:
         __tracebackhide__ = True  # noqa: F841
         if out is None:
             return self.step(params, v, *data)[1][0]
-        self.step(params, v, *data, out=(out, empty_like_tree(params)))
+        self.step(params, v, *data, out=(out, tree_like(params)))
         return out
 
     def grad_and_hvp(self, params, v, *data):
@@ -155,9 +157,10 @@ class HVP:
         return f"<compiled Hessian-vector product of {self.__name__!r}: {summary(self.step)}>"
 
 
-def empty_like_tree(tree):
+def tree_like(tree, make=np.empty_like):
+    """A tree of new arrays shaped like the leaves of ``tree``."""
     leaves, treedef = pytree.flatten(tree)
-    return pytree.unflatten(treedef, [np.empty_like(x) for x in leaves])
+    return pytree.unflatten(treedef, [make(x) for x in leaves])
 
 
 def hvp(fn=None, *, backend=None, cache=None, static_shapes=None) -> HVP:
@@ -199,7 +202,7 @@ class Hessian:
 
     def explain(self, params, *data):
         """The report on the HVP step that computes each row."""
-        return self.hvp.explain(params, empty_like_tree(params), *data)
+        return self.hvp.explain(params, tree_like(params, np.zeros_like), *data)
 
 
 def hessian(fn=None, *, backend=None, cache=None, static_shapes=None,

@@ -243,7 +243,9 @@ def test_hessian_refuses_a_large_parameter_count():
     x = np.ones(2001)
     with pytest.raises(ValueError, match=r"2001 parameters, above max_parameters=2000.*mj\.hvp"):
         mj.hessian(lambda w: mj.sum(w ** 4), backend="interp")(x)
-    assert mj.hessian(lambda w: mj.sum(w ** 4), backend="interp", max_parameters=3)(np.ones(3)).shape == (3, 3)
+    hessian = mj.hessian(lambda w: mj.sum(w ** 4), backend="interp", max_parameters=3)
+    np.testing.assert_allclose(hessian(np.arange(3.0)), np.diag(12 * np.arange(3.0) ** 2), rtol=1e-14)
+    assert "pow" in str(hessian.explain(np.ones(3)))     # the report on the HVP step of each row
 
 
 # ---------------------------------------------------------------------------------------------
@@ -256,6 +258,8 @@ def test_a_direction_shaped_unlike_the_parameters_is_named():
         hvp(params, {"w": np.ones(2)}, x)
     with pytest.raises(mj.TracingError, match=r"v must have the structure of params"):
         hvp(params, {"b": np.ones(3)}, x)
+    with pytest.raises(mj.DtypeError, match=r"v\['w'\] is f32\[3\], but the parameter it is a direction for is f64\[3\]"):
+        hvp(params, {"w": np.ones(3, np.float32)}, x)
 
 
 def test_a_loss_that_is_not_a_scalar_is_refused():
