@@ -166,8 +166,8 @@ def tree_like(tree, make=np.empty_like):
 def hvp(fn=None, *, backend=None, cache=None, static_shapes=None) -> HVP:
     """Compile the Hessian-vector product of ``fn(params, *data) -> scalar loss``:
     ``mj.hvp(fn)(params, v, *data)`` is ``H v``, ``H`` the Hessian of the loss with respect to
-    ``params`` and ``v`` a tree shaped like ``params``, computed in one step (reverse over reverse)
-    at about the cost of two gradients. ``fn`` may be a `CompiledLoss`, whose settings are used
+    ``params`` and ``v`` a tree shaped like ``params``, computed in one step (reverse over reverse;
+    about 2-2.6 times a gradient step's time on the MLPs of ``perf/HVP_RESULTS.md``). ``fn`` may be a `CompiledLoss`, whose settings are used
     unless given here. The step is batch-polymorphic and disk-cached like ``compile_loss``'s."""
     if fn is None:
         return lambda f: HVP(f, backend, cache, static_shapes)
