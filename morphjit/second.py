@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import operator
 
 import numpy as np
 
@@ -63,8 +62,9 @@ def check_tangent(params, v, names: tuple[str, str]) -> None:
                            user_location())
     for path, p, t in zip(pytree.leaf_paths(v_tree, names[1]), p_leaves, v_leaves):
         if (p.shape, p.dtype) != (t.shape, t.dtype):
-            raise (ShapeError if p.shape != t.shape else DtypeError)(f"{path} is {t.type}, but the parameter it is a direction for is {p.type}",
-                             user_location())
+            error = ShapeError if p.shape != t.shape else DtypeError
+            raise error(f"{path} is {t.type}, but the parameter it is a direction for is {p.type}",
+                        user_location())
 
 
 def tangent_name(names: list[str]) -> str:
@@ -79,8 +79,8 @@ def directional_gradient(fn):
 
     def directional(params, v, *data):
         check_tangent(params, v, (names[0], v_name))
-        grads, _ = pytree.flatten(traced_grad(fn, params, *data))
-        return functools.reduce(operator.add, (A.sum(g * t) for g, t in zip(grads, pytree.flatten(v)[0])), 0.0)
+        grads, directions = pytree.flatten(traced_grad(fn, params, *data))[0], pytree.flatten(v)[0]
+        return sum((A.sum(g * t) for g, t in zip(grads, directions)), 0.0)
 
     directional.__name__ = directional.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
     parameters = signature_parameters(fn)
@@ -167,8 +167,9 @@ def hvp(fn=None, *, backend=None, cache=None, static_shapes=None) -> HVP:
     """Compile the Hessian-vector product of ``fn(params, *data) -> scalar loss``:
     ``mj.hvp(fn)(params, v, *data)`` is ``H v``, ``H`` the Hessian of the loss with respect to
     ``params`` and ``v`` a tree shaped like ``params``, computed in one step (reverse over reverse;
-    about 2-2.6 times a gradient step's time on the MLPs of ``perf/HVP_RESULTS.md``). ``fn`` may be a `CompiledLoss`, whose settings are used
-    unless given here. The step is batch-polymorphic and disk-cached like ``compile_loss``'s."""
+    about 2-2.6 times a gradient step's time on the MLPs of ``perf/HVP_RESULTS.md``). ``fn`` may
+    be a `CompiledLoss`, whose settings are used unless given here. The step is batch-polymorphic
+    and disk-cached like ``compile_loss``'s."""
     if fn is None:
         return lambda f: HVP(f, backend, cache, static_shapes)
     return HVP(fn, backend, cache, static_shapes)
