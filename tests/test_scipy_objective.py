@@ -96,6 +96,8 @@ def test_what_scipy_objective_refuses():
         mj.scipy_objective(loss, {**params, "c": np.array(1)}, x, y)
     with pytest.raises(mj.TracingError, match="argnums=1"):
         mj.scipy_objective(mj.compile_loss(lambda x, p: loss(p, x, y), argnums=1), params, x)
+    with pytest.raises(TypeError, match="those of the compiled loss given"):
+        mj.scipy_objective(mj.compile_loss(loss), params, x, y, backend="interp")
     f = mj.scipy_objective(loss, params, x, y, backend="interp")
     with pytest.raises(mj.ShapeError, match=r"has shape \(16,\), got \(15,\)"):
         f.fun(f.x0[:15])
