@@ -35,6 +35,9 @@ from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, co
                        value_and_grad)
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
+from .pytree import ravel_pytree
+from .second import hessian, hvp
+from .scipy_adapter import scipy_objective
 from .ir import Program, parse
 from .trace import trace
 from .train import TrainStep, train_step
