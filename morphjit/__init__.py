@@ -38,6 +38,7 @@ from .ir import Program, parse
 from .trace import trace
 from .train import TrainStep, train_step
 from . import optim
+from .frozen import FrozenValueError
 
 from . import linalg
 

@@ -21,6 +21,7 @@ import numpy as np
 from . import cache as disk_cache
 from . import codegen, config, feedback, passes
 from .errors import DtypeError, ShapeError, TracingError
+from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
 from .lower import lower
 from .plan import Plan, make_plan
@@ -137,7 +138,9 @@ def trace_loss(fn, args, spec, batched=frozenset()) -> Program:
     """The forward program of ``fn``, checked to return one float scalar; the leading extent of
     the leaves in ``batched`` is the symbolic batch size."""
     try:
-        program, out_tree = trace_with_tree(fn, args, batched)
+        program, out_tree = trace_twice(trace_with_tree, fn, args, batched)
+    except FrozenValueError:
+        raise
     except TracingError as error:
         sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
                      for found in number_sequences(arg, name)]
