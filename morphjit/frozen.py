@@ -21,6 +21,7 @@ import numpy as np
 
 from .errors import SourceLoc, TracingError, inside_package
 from .ir import Binding, Lit, Program, Var
+from .trace import trace_with_tree
 
 HINT = ("draw random numbers from a generator passed as an argument (loss(params, x, rng) with "
         "rng = np.random.default_rng(seed); see mj.random), and pass other values that change "
@@ -31,12 +32,12 @@ class FrozenValueError(TracingError):
     """A value computed while tracing would differ if the function were traced again."""
 
 
-def trace_twice(trace, fn, args, batched):
-    """``trace(fn, args, batched)`` (a program and its output tree), checked by a second trace."""
+def trace_twice(fn, args, batched=frozenset()):
+    """``trace_with_tree(fn, args, batched)`` (a program and its output tree), checked by a second trace."""
     before = global_generator_states()
-    program, out_tree = trace(fn, args, batched)
+    program, out_tree = trace_with_tree(fn, args, batched)
     after = global_generator_states()
-    again, _ = trace(fn, args, batched)
+    again, _ = trace_with_tree(fn, args, batched)
     # A function that seeds the global generator itself draws the same numbers on every call.
     moved = after != before and global_generator_states() != after
     found = first_difference(program, again)
@@ -44,7 +45,7 @@ def trace_twice(trace, fn, args, batched):
     if found is None and not moved:
         return program, out_tree
     # Where a global generator moved, the line that drew is more telling than where the value entered.
-    loc = global_draw_location(lambda: trace(fn, args, batched)) if moved else None
+    loc = global_draw_location(lambda: trace_with_tree(fn, args, batched)) if moved else None
     if found is not None:
         binding, what = found
         raise FrozenValueError(f"{what} in {name} differs between two traces: the compiled step would reuse "

@@ -171,9 +171,8 @@ def _apply(expr: Apply, domain, buffer, known, batch, acc) -> np.ndarray:
 
 def _random(expr: Random, domain, buffer, known, batch, acc) -> np.ndarray:
     seed = _evaluate(expr.seed, domain, buffer, known, batch)
-    counter = expr.counter
-    (flat,) = _affine(IndexMap(evaluate(counter.offsets, batch), evaluate(counter.coeffs, batch)), domain)
-    return rng.draw(seed, expr.stream, expr.dist, expr.dtype, flat)
+    counter = IndexMap(evaluate(expr.counter.offsets, batch), evaluate(expr.counter.coeffs, batch))
+    return rng.draw(seed, expr.stream, expr.dist, expr.dtype, _affine(counter, domain)[0])
 
 
 EVALUATE = {

@@ -25,7 +25,7 @@ from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
 from .lower import lower
 from .plan import Plan, make_plan
-from .trace import argument_names, trace_with_tree
+from .trace import argument_names
 from .vjp import vjp
 
 
@@ -138,7 +138,7 @@ def trace_loss(fn, args, spec, batched=frozenset()) -> Program:
     """The forward program of ``fn``, checked to return one float scalar; the leading extent of
     the leaves in ``batched`` is the symbolic batch size."""
     try:
-        program, out_tree = trace_twice(trace_with_tree, fn, args, batched)
+        program, out_tree = trace_twice(fn, args, batched)
     except FrozenValueError:
         raise
     except TracingError as error:
