@@ -78,14 +78,13 @@ def first_difference(a: Program, b: Program) -> tuple[Binding, str] | None:
 
 
 class ValueMatcher:
-    """Pairs the values of two traces by position and compares their operands."""
+    """Pairs the values of two traces by position: inputs, constant arrays of equal bytes (each
+    compared once), then each binding's result; compares operands through the pairing."""
 
     def __init__(self, a: Program, b: Program):
         self.pairs = {id(x): y for x, y in zip(a.inputs, b.inputs)}
-        consts_b = list(b.consts)
-        self.consts = {id(v): (value, consts_b[k][1] if k < len(consts_b) else None)
-                       for k, (v, value) in enumerate(a.consts)}
-        self.const_pairs = {id(v): consts_b[k][0] for k, (v, _) in enumerate(a.consts) if k < len(consts_b)}
+        self.pairs.update((id(x), y) for (x, xv), (y, yv) in zip(a.consts, b.consts) if same_bytes(xv, yv))
+        self.consts = {id(v) for v, _ in a.consts}
 
     def bind(self, x: Var, y: Var) -> None:
         self.pairs[id(x)] = y
@@ -93,19 +92,15 @@ class ValueMatcher:
     def operand(self, x, y) -> str | None:
         """None where ``x`` (of the first trace) matches ``y`` (of the second), else what differs."""
         if isinstance(x, Lit) or isinstance(y, Lit):
-            if not (isinstance(x, Lit) and isinstance(y, Lit) and x.dtype == y.dtype and repr(x.value) == repr(y.value)):
-                return f"the number {x}" if isinstance(x, Lit) else "a value"
+            same = isinstance(x, Lit) and isinstance(y, Lit) and x.dtype == y.dtype and repr(x.value) == repr(y.value)
+            return None if same else f"the number {x}" if isinstance(x, Lit) else "a value"
+        if self.pairs.get(id(x)) is y:
             return None
-        if id(x) in self.consts:
-            value, other = self.consts[id(x)]
-            if self.const_pairs.get(id(x)) is not y or not same_bytes(value, other):
-                return f"a constant array ({x.type})"
-            return None
-        return None if self.pairs.get(id(x)) is y else "a value"
+        return f"a constant array ({x.type})" if id(x) in self.consts else "a value"
 
 
-def same_bytes(a: np.ndarray, b: np.ndarray | None) -> bool:
-    if b is None or a.dtype != b.dtype or a.shape != b.shape:
+def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
         return False
     return np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
 

@@ -217,6 +217,10 @@ OBJECTIVES = {"black_box_svi": lambda rs=None: black_box_svi_objective(funnel_lo
               "mixture_variational_inference": lower_bound_objective}
 
 
+# The first draw of a call, as a gradient: the noise an objective drawing rs.randn first gets.
+first_randn = mj.compile_loss(lambda w, rs: np.sum(w * rs.randn(*w.shape)))
+
+
 class Replay:
     """What autograd's run of an objective gets for ``rs``: the noise the compiled step drew."""
 
@@ -245,11 +249,10 @@ def test_bbvi_gradients_equal_autograds_with_the_same_noise(name):
 
     objective = OBJECTIVES[name]()
     step = mj.compile_loss(objective)
-    draw = mj.compile_loss(lambda w, rs: np.sum(w * rs.randn(*w.shape)))   # the same draw: the noise
     params, rs = np.array([0.3, -0.2, -0.5, 0.1]), np.random.RandomState(0)
     grads = []
     for t in range(2):
-        _, eps = draw(np.zeros((NUM_SAMPLES, D)), copy.deepcopy(rs))
+        _, eps = first_randn(np.zeros((NUM_SAMPLES, D)), copy.deepcopy(rs))
         value, grad = step(params, t, rs)
         want_value = on_autograd_numpy(lambda: objective(params, t, Replay(eps)))
         want_grad = on_autograd_numpy(lambda: autograd.grad(objective)(params, t, Replay(eps)))
