@@ -42,6 +42,9 @@ from .ir import Program, parse
 from .trace import trace
 from .train import TrainStep, train_step
 from . import optim
+from . import rng as random
+from .rng import dropout
+from .frozen import FrozenValueError
 
 from . import linalg
 

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from . import rng, vecmath
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck,
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Random, RangeCheck,
                      RowNest, ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
@@ -37,6 +38,7 @@ class Body:
     def __init__(self, out: Source, names: Namer, loop_vars: list[str]):
         self.out, self.names, self.loop_vars = out, names, loop_vars
         self.memo: dict = {}
+        self.steps = 0
 
     def value(self, e) -> str:
         if isinstance(e, Const):
@@ -50,6 +52,12 @@ class Body:
 
     def code(self, e) -> str:
         return CODE[type(e)](self, e)
+
+    def bind(self, code: str) -> str:
+        """A new local holding ``code``: one step of an expression rendered in several statements."""
+        self.steps += 1
+        self.out.line(f"r{self.steps} = {code}")
+        return f"r{self.steps}"
 
     def load(self, e: Load) -> str:
         return element(self.names.name(e.var), e.imap, self.loop_vars)
@@ -68,9 +76,13 @@ class Body:
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
 
+    def random(self, e: Random) -> str:
+        (counter,) = e.counter.render(self.loop_vars)
+        return rng.render(self.bind, self.value(e.seed), e.stream, e.dist, e.dtype, counter, vecmath.call)
+
 
 # How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply}
+CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply, Random: Body.random}
 
 
 def loop_invariants(ins: Nest) -> list:

@@ -1,6 +1,6 @@
 """The loop IR of a replay plan: scalar expressions of loop bodies and the instructions over buffers.
 
-Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Acc``) form a DAG; ``children`` and
+Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Random``, ``Acc``) form a DAG; ``children`` and
 ``rebuild`` are the one way to walk and rebuild them, so ``walk``, ``loads`` and ``replace_loads``
 need not know the node kinds. Instructions (``Gemm``, ``Lapack``, ``Nest``, ``RowNest``,
 ``ScatterAdd``, ``Alias``, ``RangeCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
@@ -114,7 +114,25 @@ class Gather:
         return Gather(self.var, self.imap, tuple(None if p is None else next(given) for p in self.picks))
 
 
-Expr = Union[Load, Gather, Const, Acc, Apply, OneHot]
+@dataclass(frozen=True)
+class Random:
+    """Element ``counter(i)`` (a flat index: one affine row of the loop indices) of draw ``stream``
+    of ``dist`` in a call seeded by ``seed``; a pure function of the three (see ``rng.py``), so
+    any loop may compute any element, and two loops computing one element agree."""
+    seed: Expr
+    stream: int
+    dist: str
+    counter: IndexMap
+    dtype: np.dtype
+
+    def children(self) -> tuple:
+        return (self.seed,)
+
+    def rebuild(self, children: tuple) -> Random:
+        return Random(children[0], self.stream, self.dist, self.counter, self.dtype)
+
+
+Expr = Union[Load, Gather, Const, Acc, Apply, OneHot, Random]
 
 
 def walk(expr, seen=None) -> Iterator:
@@ -144,7 +162,8 @@ def loop_axes(expr) -> frozenset[int] | None:
     where it reads a reduction's accumulator."""
     if isinstance(expr, Acc):
         return None
-    maps = [expr.imap] if isinstance(expr, (Load, Gather)) else [expr.klass] if isinstance(expr, OneHot) else []
+    maps = [expr.imap] if isinstance(expr, (Load, Gather)) else [expr.klass] if isinstance(expr, OneHot) else \
+        [expr.counter] if isinstance(expr, Random) else []
     axes = {j for imap in maps for row in imap.coeffs for j, c in enumerate(row) if c}
     for child in expr.children():
         inner = loop_axes(child)
@@ -487,4 +506,5 @@ DESCRIBE_EXPR = {
     Load: lambda e, names, idx: element(names.use(e.var), e.imap, idx),
     OneHot: lambda e, names, idx: f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})",
     Apply: _describe_apply,
+    Random: lambda e, names, idx: f"{e.dist}#{e.stream}({describe_expr(e.seed, names, idx)}, {e.counter.render(idx)[0]})",
 }

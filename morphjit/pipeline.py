@@ -25,10 +25,11 @@ import numpy as np
 from . import cache as disk_cache
 from . import codegen, config, feedback, passes, pytree
 from .errors import DtypeError, ShapeError, SourceLoc, TracingError
+from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
 from .lower import lower
 from .plan import Plan, make_plan
-from .trace import NotAnArray, Tracer, argument_names, trace_with_tree
+from .trace import NotAnArray, Tracer, argument_names
 from .vjp import vjp
 
 
@@ -187,9 +188,11 @@ def trace_outputs(fn, args, batched=frozenset()) -> tuple[Program, object]:
 
 
 def traced_program(fn, args, batched):
-    """``trace_with_tree``, its error extended when an argument holds Python lists of numbers."""
+    """``trace_twice``, its error extended when an argument holds Python lists of numbers."""
     try:
-        return trace_with_tree(fn, args, batched)
+        return trace_twice(fn, args, batched)
+    except FrozenValueError:
+        raise
     except TracingError as error:
         sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
                      for found in number_sequences(arg, name)]

@@ -7,6 +7,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .loopir import batched_input, internal_shape
+from .rng import GENERATORS, seed_of
 from .ir import evaluate, is_symbolic
 from .plan import Plan
 from .pytree import TreeDef
@@ -130,7 +131,10 @@ class Workspace:
 
 
 def prepare(x, dtype) -> np.ndarray:
-    """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D."""
+    """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D (a
+    random generator: the seed of the call, drawn from it)."""
+    if isinstance(x, GENERATORS):
+        return seed_of(x)
     a = np.ascontiguousarray(x, dtype)
     return a.reshape(1) if a.ndim == 0 else a
 
@@ -151,6 +155,7 @@ class FastPath(Source):
                     "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray,
                     "evaluate": evaluate}
         self.batched = False
+        self.generators: list[str] = []   # leaves whose seed is drawn once every check passed
 
     def bind(self, treedef, expr: str, prefix: str) -> list[str]:
         """Lines binding the leaves of the tree ``expr`` to names; returns the names."""
@@ -195,6 +200,10 @@ class FastPath(Source):
         size ``B``, must match it, or (None) is fixed. A ``written`` leaf (updated in place) must
         be a writeable C-contiguous array as it is."""
         self.env[f"D{k}"] = dtype
+        if isinstance(signature, type) and issubclass(signature, GENERATORS):
+            self.line(f"if type({name}) is not {self.constant(signature)}: return None")
+            self.generators.append(name)
+            return
         if not isinstance(signature, tuple):  # a Python scalar argument
             self.line(f"if type({name}) is not {signature.__name__}: return None")
             self.line(f"{name} = ascontiguousarray({name}, D{k}).reshape(1)")
@@ -227,6 +236,9 @@ class FastPath(Source):
         see it half-updated."""
         views = "ws.fixed if ws.batch == B else ws.fixed_for(B)" if self.batched else "ws.fixed"
         reads = (["o0 = ws.loss"], ["loss = o0[0]"]) if loss else ([], [])
+        self.env["seed_of"] = seed_of
+        for name in self.generators:
+            self.line(f"{name} = seed_of({name})")
         for line in ["try: ws = pop()", "except IndexError: ws = Workspace(step)", f"F = {views}",
                      *reads[0], *before, f"step.call({', '.join(arguments)})", *reads[1], "put(ws)"]:
             self.line(line)

@@ -288,7 +288,16 @@ def readable_path(path: str, names: list[str]) -> str:
     return names[int(index)] + rest
 
 
+# Leaf types that are not data, by type: ``maker(trace, leaf, path)`` is what the function receives
+# for such a leaf, and its ``operand`` the program input standing for it (``rng.py`` registers
+# random generators).
+LEAF_TRACERS: dict = {}
+
+
 def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
+    maker = LEAF_TRACERS.get(type(leaf))
+    if maker is not None:
+        return maker(t, leaf, path)
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
         dtype = np.result_type(type(leaf))
         return Tracer(t, Var(TensorType((), dtype)), weak=True)

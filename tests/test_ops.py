@@ -18,7 +18,8 @@ import scipy.linalg
 import scipy.special as sp
 
 import morphjit as mj
-from morphjit import array_api, numpy_index
+from morphjit import array_api, numpy_index, rng as random_draws
+from morphjit.ir import DTYPES_BY_NAME, dtype_name
 from morphjit.custom import is_user_op
 from morphjit.ops import OPS
 
@@ -294,6 +295,20 @@ def unslice_make(rng, dt):
 
 def unslice_key(shape, starts, stops, steps):
     return tuple(slice(a, None if b < 0 else b, s) for a, b, s in zip(starts, stops, steps))
+
+
+def random_make(dist):
+    """A seed (the int64 input a generator argument becomes) and the draw's distribution and dtype."""
+    return lambda rng, dt: ((np.array(rng.integers(-2 ** 63, 2 ** 63, dtype=np.int64)),),
+                            dict(dist=dist, dtype=dtype_name(dt)))
+
+
+def random_draw(seed, dist, dtype):
+    return array_api.bind("random", [seed], shape=(3, 4), dtype=dtype, dist=dist, stream=1)
+
+
+def random_ref(seed, dist, dtype):
+    return random_draws.draw(seed, 1, dist, DTYPES_BY_NAME[dtype], np.arange(12).reshape(3, 4))
 
 
 def one_hot_make(rng, dt):
@@ -760,6 +775,8 @@ def _cases():
         Case("add", "full-constant", lambda x: mj.add(x, mj.full(x.shape, 2.0, x.dtype)),
              lambda x: x + np.full(x.shape, 2.0, x.dtype), unary()),
         Case("fill", "full_like-int", lambda x: mj.full_like(x, 7), lambda x: np.full_like(x, 7), int_make),
+        Case("random", "normal", random_draw, random_ref, random_make("normal")),
+        Case("random", "uniform", random_draw, random_ref, random_make("uniform")),
         Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
              lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
         # Stable composites
