@@ -43,7 +43,7 @@ class ScipyObjective:
         """``(value, gradient)`` at ``x``: pass with ``jac=True``."""
         grad = np.empty_like(self.x0)
         value, _ = self.loss(self.unravel(x), *self.data, *args, out=self.unravel(grad))
-        return float(value), grad
+        return float(value[0] if self.loss.has_aux else value), grad
 
     def hessp(self, x, p, *args) -> np.ndarray:
         """``H p``, the Hessian of the loss at ``x`` times ``p``."""

@@ -19,21 +19,22 @@ from . import pytree
 from .compiler import CompiledLoss, compile_loss
 from .errors import DtypeError, ShapeError, TracingError, user_location
 from .ir import is_float
+from .static_args import StaticArguments
 from .trace import Tracer, argument_names
 from .vjp import backward
 
 MAX_HESSIAN_PARAMETERS = 2000   # a dense Hessian of more costs too many HVPs (and 32 MB and up)
 
 
-def traced_grad(fn, params, *data):
-    """The gradient of ``fn(params, *data)`` with respect to ``params`` (traced values), traced
-    into the trace ``params`` belong to."""
+def traced_grad(fn, params, *data, **static):
+    """The gradient of ``fn(params, *data, **static)`` with respect to ``params`` (traced values),
+    traced into the trace ``params`` belong to."""
     leaves, treedef = pytree.flatten(params)
     t = A.trace_of(leaves)
     if t is None:
         return params     # nothing to differentiate
     start = len(t.bindings)
-    loss = scalar_loss(fn, fn(params, *data))
+    loss = scalar_loss(fn, fn(params, *data, **static))
     grads = backward(t, t.bindings[start:], t.operand(loss, lift_literals=True), [x.operand for x in leaves])
     return pytree.unflatten(treedef, grads)
 
@@ -77,9 +78,9 @@ def directional_gradient(fn):
     names = argument_names(fn, len(signature_parameters(fn)) or 1)
     v_name = tangent_name(names)
 
-    def directional(params, v, *data):
+    def directional(params, v, *data, **static):
         check_tangent(params, v, (names[0], v_name))
-        grads, directions = pytree.flatten(traced_grad(fn, params, *data))[0], pytree.flatten(v)[0]
+        grads, directions = pytree.flatten(traced_grad(fn, params, *data, **static))[0], pytree.flatten(v)[0]
         return sum((A.sum(g * t) for g, t in zip(grads, directions)), 0.0)
 
     directional.__name__ = directional.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
@@ -98,43 +99,67 @@ def signature_parameters(fn) -> list[inspect.Parameter]:
 
 
 def settings_of(fn, backend, cache, static_shapes) -> tuple:
-    """The function to differentiate and its settings: those given here (not None), else those of
-    a `CompiledLoss` ``fn``, else ``compile_loss``'s defaults."""
+    """The function to differentiate, the positions of its static arguments and its settings: those
+    given here (not None), else those of a `CompiledLoss` ``fn`` (whose aux output, with
+    ``has_aux``, is dropped), else ``compile_loss``'s defaults."""
+    static = ()
     if isinstance(fn, CompiledLoss):
         if fn.argnums != 0:
             raise TracingError(f"mj.hvp and mj.hessian differentiate with respect to the first argument; "
                                f"{fn.__name__} was compiled with argnums={fn.argnums!r}")
-        fn, inherited = fn.fn, (fn.backend, fn.cache, fn.static_shapes)
+        static, inherited = fn.static_argnums, (fn.backend, fn.cache, fn.static_shapes)
+        fn = loss_part(fn.fn) if fn.has_aux else fn.fn
     else:
         inherited = ("numba", True, False)
     given = (backend, cache, static_shapes)
-    return (fn,) + tuple(inherited[k] if given[k] is None else given[k] for k in range(3))
+    return (fn, static) + tuple(inherited[k] if given[k] is None else given[k] for k in range(3))
+
+
+def loss_part(fn):
+    """``fn`` returning ``(loss, aux)``, as a function returning the loss."""
+    @functools.wraps(fn)
+    def loss(*args, **kwargs):
+        return fn(*args, **kwargs)[0]
+    return loss
+
+
+def static_positions(fn, inherited, static_argnums, static_argnames) -> tuple[int, ...]:
+    """The positions of ``fn``'s static arguments (given here, or those of the compiled loss),
+    which cannot include the parameters."""
+    given = StaticArguments.of(fn, static_argnums, static_argnames)
+    positions = tuple(sorted(set(inherited) | set(given.positions if given else ())))
+    if 0 in positions:
+        raise TypeError(f"the parameters (argument 0) of {fn.__name__} are differentiated, so they cannot "
+                        f"be static; remove 0 from static_argnums/static_argnames")
+    return positions
 
 
 class HVP:
     """``hvp(params, v, *data) -> H v``: the Hessian of ``fn`` with respect to ``params`` times a
     direction ``v`` shaped like ``params``, in one compiled step (see `hvp`)."""
 
-    def __init__(self, fn, backend=None, cache=None, static_shapes=None):
-        fn, backend, cache, static_shapes = settings_of(fn, backend, cache, static_shapes)
+    def __init__(self, fn, backend=None, cache=None, static_shapes=None, static_argnums=(), static_argnames=()):
+        fn, inherited, backend, cache, static_shapes = settings_of(fn, backend, cache, static_shapes)
         functools.update_wrapper(self, fn)
         self.fn = fn
+        static = static_positions(fn, inherited, static_argnums, static_argnames)
+        # The step's arguments are (params, v, *data): each static position moves one to the right.
         self.step = compile_loss(directional_gradient(fn), argnums=(0, 1), backend=backend, cache=cache,
-                                 static_shapes=static_shapes)
+                                 static_shapes=static_shapes, static_argnums=tuple(i + 1 for i in static))
 
-    def __call__(self, params, v, *data, out=None):
+    def __call__(self, params, v, *data, out=None, **static):
         """``H v`` in the structure of ``params``; with ``out=`` (a tree like it) ``H v`` is written
-        there and ``out`` returned."""
+        there and ``out`` returned. Static arguments may be passed by name."""
         __tracebackhide__ = True  # noqa: F841
         if out is None:
-            return self.step(params, v, *data)[1][0]
-        self.step(params, v, *data, out=(out, tree_like(params)))
+            return self.step(params, v, *data, **static)[1][0]
+        self.step(params, v, *data, out=(out, tree_like(params)), **static)
         return out
 
-    def grad_and_hvp(self, params, v, *data):
+    def grad_and_hvp(self, params, v, *data, **static):
         """``(grad, H v)`` at ``params``: the gradient comes with the product at no extra cost."""
         __tracebackhide__ = True  # noqa: F841
-        hv, grad = self.step(params, v, *data)[1]
+        hv, grad = self.step(params, v, *data, **static)[1]
         return grad, hv
 
     @property
@@ -163,16 +188,18 @@ def tree_like(tree, make=np.empty_like):
     return pytree.unflatten(treedef, [make(x) for x in leaves])
 
 
-def hvp(fn=None, *, backend=None, cache=None, static_shapes=None) -> HVP:
+def hvp(fn=None, *, backend=None, cache=None, static_shapes=None, static_argnums=(),
+        static_argnames=()) -> HVP:
     """Compile the Hessian-vector product of ``fn(params, *data) -> scalar loss``:
     ``mj.hvp(fn)(params, v, *data)`` is ``H v``, ``H`` the Hessian of the loss with respect to
     ``params`` and ``v`` a tree shaped like ``params``, computed in one step (reverse over reverse;
     about 2-2.6 times a gradient step's time on the MLPs of ``perf/HVP_RESULTS.md``). ``fn`` may
-    be a `CompiledLoss`, whose settings are used unless given here. The step is batch-polymorphic
-    and disk-cached like ``compile_loss``'s."""
+    be a `CompiledLoss`, whose settings (static arguments included; with ``has_aux``, the aux
+    output is dropped) are used unless given here. Static arguments are numbered as in ``fn``.
+    The step is batch-polymorphic and disk-cached like ``compile_loss``'s."""
     if fn is None:
-        return lambda f: HVP(f, backend, cache, static_shapes)
-    return HVP(fn, backend, cache, static_shapes)
+        return lambda f: HVP(f, backend, cache, static_shapes, static_argnums, static_argnames)
+    return HVP(fn, backend, cache, static_shapes, static_argnums, static_argnames)
 
 
 class Hessian:
@@ -183,7 +210,7 @@ class Hessian:
         self.hvp, self.max_parameters = hvp, max_parameters
         functools.update_wrapper(self, hvp.fn)
 
-    def __call__(self, params, *data) -> np.ndarray:
+    def __call__(self, params, *data, **static) -> np.ndarray:
         __tracebackhide__ = True  # noqa: F841
         flat, unravel = pytree.ravel_pytree(params, "params")
         n = flat.size
@@ -197,7 +224,7 @@ class Hessian:
         grad = unravel(np.empty(n, flat.dtype))
         for i in range(n):
             basis[i] = 1
-            self.hvp.step(params, unravel(basis), *data, out=(unravel(hessian[i]), grad))
+            self.hvp.step(params, unravel(basis), *data, out=(unravel(hessian[i]), grad), **static)
             basis[i] = 0
         return hessian
 
@@ -206,7 +233,7 @@ class Hessian:
         return self.hvp.explain(params, tree_like(params, np.zeros_like), *data)
 
 
-def hessian(fn=None, *, backend=None, cache=None, static_shapes=None,
+def hessian(fn=None, *, backend=None, cache=None, static_shapes=None, static_argnums=(), static_argnames=(),
             max_parameters=MAX_HESSIAN_PARAMETERS) -> Hessian:
     """Compile the dense Hessian of ``fn(params, *data) -> scalar loss`` for small parameter
     counts: ``mj.hessian(fn)(params, *data)`` is an ``(n, n)`` array over the flat parameter
@@ -214,5 +241,6 @@ def hessian(fn=None, *, backend=None, cache=None, static_shapes=None,
     refuses more than ``max_parameters`` parameters (default 2000)."""
     if fn is None:
         return lambda f: hessian(f, backend=backend, cache=cache, static_shapes=static_shapes,
+                                 static_argnums=static_argnums, static_argnames=static_argnames,
                                  max_parameters=max_parameters)
-    return Hessian(HVP(fn, backend, cache, static_shapes), max_parameters)
+    return Hessian(HVP(fn, backend, cache, static_shapes, static_argnums, static_argnames), max_parameters)

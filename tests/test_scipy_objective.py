@@ -101,3 +101,18 @@ def test_what_scipy_objective_refuses():
     f = mj.scipy_objective(loss, params, x, y, backend="interp")
     with pytest.raises(mj.ShapeError, match=r"has shape \(16,\), got \(15,\)"):
         f.fun(f.x0[:15])
+
+
+def test_a_compiled_loss_with_aux_and_static_arguments_serves_scipy():
+    params, x, y = problem()
+    weighted = lambda params, x, y, weight: (loss(params, x, y) * weight, {"fit": x @ params["W"]})  # noqa: E731
+    compiled = mj.compile_loss(weighted, has_aux=True, static_argnums=3, backend="interp")
+    f = mj.scipy_objective(compiled, params, x, y, 2.0)
+    w = f.x0 + 0.1
+    p = np.linspace(-1.0, 1.0, w.size)
+    value, grad = f.fun(w)
+    assert type(value) is float
+    np.testing.assert_allclose(value, 2 * ag_loss(w, x, y), rtol=1e-13)
+    np.testing.assert_allclose(grad, 2 * autograd.grad(ag_loss)(w, x, y), rtol=1e-11, atol=1e-14)
+    np.testing.assert_allclose(f.hessp(w, p), 2 * autograd.hessian_vector_product(ag_loss)(w, x, y, p),
+                               rtol=1e-10, atol=1e-13)

@@ -282,3 +282,47 @@ def test_ravel_pytree_round_trips_through_views():
         unravel(flat[:9])
     with pytest.raises(mj.DtypeError, match=r"tree\['s'\] is float32"):
         mj.ravel_pytree({**tree, "s": np.float32(1.0)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled losses with aux outputs and static arguments
+
+def _scaled_loss(params, x, y, power, reduce="mean"):
+    """A loss whose static arguments change the program: ``power`` positionally, ``reduce`` by name."""
+    err = (mj.tanh(x @ params["W"]) @ params["v"] - y) ** power
+    return mj.mean(err) if reduce == "mean" else mj.sum(err)
+
+
+def _ag_scaled_loss(params, x, y, power, reduce="mean"):
+    err = (anp.tanh(x @ params["W"]) @ params["v"] - y) ** power
+    return anp.mean(err) if reduce == "mean" else anp.sum(err)
+
+
+def _scaled_problem():
+    rng = np.random.default_rng(3)
+    params = {"W": rng.normal(size=(3, 4)), "v": rng.normal(size=4)}
+    v = {"W": rng.normal(size=(3, 4)), "v": rng.normal(size=4)}
+    return params, v, rng.normal(size=(6, 3)), rng.normal(size=6)
+
+
+def test_hvp_keeps_the_static_arguments_of_a_compiled_loss_and_takes_its_own():
+    params, v, x, y = _scaled_problem()
+    compiled = mj.compile_loss(_scaled_loss, static_argnums=3, static_argnames="reduce", backend="interp")
+    given = mj.hvp(_scaled_loss, static_argnums=(3,), static_argnames=("reduce",), backend="interp")
+    for power, reduce in [(2, "mean"), (4, "sum")]:
+        reference = autograd_hvp(lambda p: _ag_scaled_loss(p, x, y, power, reduce), params, v)
+        assert_close(mj.hvp(compiled)(params, v, x, y, power, reduce=reduce), reference, 1e-10, "inherited")
+        assert_close(given(params, v, x, y, power, reduce), reference, 1e-10, "given")
+    hessian = mj.hessian(_scaled_loss, static_argnums=3, backend="interp")(params, x, y, 4)
+    flat = hessian @ mj.ravel_pytree(v)[0]
+    np.testing.assert_allclose(flat, mj.ravel_pytree(given(params, v, x, y, 4, "mean"))[0], rtol=1e-12)
+    with pytest.raises(TypeError, match="argument 0"):
+        mj.hvp(_scaled_loss, static_argnums=0)
+
+
+def test_hvp_of_a_loss_with_aux_is_the_hvp_of_its_loss():
+    params, v, x, y = _scaled_problem()
+    with_aux = mj.compile_loss(lambda p, x, y: (_scaled_loss(p, x, y, 2), {"h": mj.tanh(x @ p["W"])}),
+                               has_aux=True, backend="interp")
+    reference = autograd_hvp(lambda p: _ag_scaled_loss(p, x, y, 2), params, v)
+    assert_close(mj.hvp(with_aux)(params, v, x, y), reference, 1e-10, "has_aux")
