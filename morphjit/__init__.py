@@ -30,6 +30,9 @@ from .numpy_shape import (
     tile, vstack,
 )
 from .custom import custom_vjp, stop_gradient
+from .conv import (
+    as_strided, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, sliding_window_view,
+)
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import CompiledLoss, compile_loss, grad_program
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
@@ -40,6 +43,7 @@ from .train import TrainStep, train_step
 from . import optim
 
 from . import linalg
+from . import signal
 
 __version__ = "0.1.0"
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 
 import numpy as np
 
@@ -96,6 +97,9 @@ class Tracer:
     ndim = property(lambda self: self.operand.type.ndim)
     size = property(lambda self: self.operand.type.size)
     T = property(lambda self: A.transpose(self))
+    # As if C-contiguous (mj.as_strided reads strides computed from these).
+    strides = property(lambda self: tuple(self.dtype.itemsize * math.prod(self.shape[k + 1:])
+                                          for k in range(self.ndim)))
 
     def __repr__(self) -> str:
         return f"Tracer({self.type})"
@@ -121,6 +125,10 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
+        if calling_as_strided():
+            raise UnsupportedError("np.lib.stride_tricks.as_strided converts its argument to a NumPy array, which a "
+                                   "traced array cannot become: call mj.as_strided (window views) or "
+                                   "np.lib.stride_tricks.sliding_window_view instead", user_location())
         scipy_function = calling_scipy_linalg()
         if scipy_function is not None:
             raise UnsupportedError(f"scipy.linalg.{scipy_function} converts its arguments to NumPy arrays, which "
@@ -129,7 +137,8 @@ class Tracer:
         library_function = scipy_caller()
         if library_function is not None:
             module, name = library_function
-            hint = f"; use mj.{name}, which traces" if hasattr(A, name) else ""
+            spelling = TRACING_SPELLINGS.get((module, name), f"mj.{name}" if hasattr(A, name) else None)
+            hint = f"; use {spelling}, which traces" if spelling else ""
             raise UnsupportedError(f"{module}.{name} does not trace: it converts its argument with "
                                    f"np.asarray{hint}", user_location())
         raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
@@ -216,6 +225,11 @@ class Tracer:
     round = lambda self, decimals=0: np.round(self, decimals)
 
 
+# Library functions that convert their arguments, with the morphjit function that traces instead
+# (op-family modules add theirs): (public module, name) -> spelling.
+TRACING_SPELLINGS: dict[tuple[str, str], str] = {}
+
+
 def scipy_caller():
     """The public module and name of the outermost SciPy function on the stack, if any."""
     frame, found = inspect.currentframe(), None
@@ -235,6 +249,15 @@ def calling_scipy_linalg() -> str | None:
             found = frame.f_code.co_name
         frame = frame.f_back
     return found
+
+
+def calling_as_strided() -> bool:
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "as_strided" and frame.f_globals.get("__name__", "").startswith("numpy."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
