@@ -151,6 +151,16 @@ def windows(x_shape, axes, sizes, steps=None, dilations=None) -> tuple[tuple, tu
     return tuple(positions) + tuple(sizes), coeffs
 
 
+def _per_axis(values, spatial, ndim: int) -> tuple[int, ...]:
+    """Per-spatial-axis ``values`` as one value per axis of an ``ndim``-axis array (1 elsewhere)."""
+    return tuple(values[spatial.index(a)] if a in spatial else 1 for a in range(ndim))
+
+
+def _merge_groups(out, at: int):
+    """Axes ``at`` (groups) and ``at + 1`` (channels per group) as one channel axis."""
+    return A.reshape(out, out.shape[:at] + (out.shape[at] * out.shape[at + 1],) + out.shape[at + 2:])
+
+
 def _ints(name: str, value, count: int) -> tuple[int, ...]:
     values = (value,) * count if isinstance(value, (int, np.integer)) else tuple(value)
     if len(values) != count or not all(isinstance(v, (int, np.integer)) for v in values):
@@ -304,7 +314,7 @@ def conv(x, w, b=None, *, nd, stride=1, padding=0, dilation=1, groups=1, layout=
         w = A.reshape(w, (groups, c_out // groups) + w.shape[1:])
         spatial = tuple(a + (a > channel) for a in spatial)
     x = padded(x, spatial, pads)
-    steps = tuple(stride[spatial.index(a)] if a in spatial else 1 for a in range(x.ndim))
+    steps = _per_axis(stride, spatial, x.ndim)
     xw = window(x, *windows(x.shape, spatial, sizes, steps, dilation))
     out = _contract(xw, w, nd, channel == 1, groups > 1, method)
     if b is not None:
@@ -320,10 +330,7 @@ def _contract(xw, w, nd: int, channels_first: bool, grouped: bool, method: str):
     out_letters = "n" + g + "o" + p if channels_first else "n" + p + g + "o"
     contract = _gemm if method == "gemm" else _direct
     out = contract(xw, x_letters, w, g + "oc" + k, out_letters)
-    if grouped:
-        at = out_letters.index("g")
-        out = A.reshape(out, out.shape[:at] + (out.shape[at] * out.shape[at + 1],) + out.shape[at + 2:])
-    return out
+    return _merge_groups(out, out_letters.index("g")) if grouped else out
 
 
 def _gemm(xw, x_letters, w, w_letters, out_letters):
@@ -401,12 +408,11 @@ def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups
         w = A.reshape(w, (groups, w.shape[0] // groups) + w.shape[1:])
     cols = einsum(f"{x_letters},{g}co{k}->{cols_letters}", x, w)
     if groups > 1:
-        at = cols_letters.index("g")
-        cols = A.reshape(cols, cols.shape[:at] + (cols.shape[at] * cols.shape[at + 1],) + cols.shape[at + 2:])
+        cols = _merge_groups(cols, cols_letters.index("g"))
     full = list(cols.shape[:nd + 2])
     for a, s, d, kk, e in zip(spatial, stride, dilation, sizes, extra):
         full[a] = (full[a] - 1) * s + d * (kk - 1) + 1 + e
-    steps = tuple(stride[spatial.index(a)] if a in spatial else 1 for a in range(nd + 2))
+    steps = _per_axis(stride, spatial, nd + 2)
     shape, coeffs = windows(tuple(full), spatial, sizes, steps, dilation)
     out = unwindow(cols, full, coeffs)
     if any(pads):
@@ -437,7 +443,7 @@ def _pool_windows(x, kernel_size, stride, padding, dilation, layout, op, fill):
         raise ShapeError(f"{op}: padding {pads} must be at most half the kernel size {sizes} (as in PyTorch)",
                          user_location())
     x = padded(x, spatial, [(p, p) for p in pads], fill)
-    steps = tuple(stride[spatial.index(a)] if a in spatial else 1 for a in range(x.ndim))
+    steps = _per_axis(stride, spatial, x.ndim)
     shape, coeffs = windows(x.shape, spatial, sizes, steps, dilation)
     return x, shape, coeffs, spatial, pads
 
