@@ -382,3 +382,39 @@ def test_signal_errors():
         mj.trace(lambda a: np.sum(mj.signal.convolve(a, np.ones((3, 1)), "valid")), np.ones((2, 4)))
     with pytest.raises(mj.UnsupportedError, match="boundary='wrap'"):
         mj.trace(lambda a: np.sum(mj.signal.convolve2d(a, np.ones((2, 2)), boundary="wrap")), np.ones((3, 3)))
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch, where it is importable (not in the test environment; the bench environment has it)
+
+TORCH_CASES = [  # (name, morphjit function, PyTorch function given F, input shapes, integer inputs for ties)
+    ("conv2d-same-dilation", lambda x, w, b: mj.conv2d(x, w, b, padding="same", dilation=(2, 1)),
+     lambda F, x, w, b: F.conv2d(x, w, b, padding="same", dilation=(2, 1)), [(2, 3, 7, 6), (4, 3, 2, 4), (4,)], False),
+    ("conv2d-nhwc-depthwise", lambda x, w: mj.conv2d(x, w, groups=3, padding=1, layout="NHWC"),
+     lambda F, x, w: F.conv2d(x.permute(0, 3, 1, 2), w, groups=3, padding=1).permute(0, 2, 3, 1),
+     [(2, 6, 5, 3), (3, 1, 3, 3)], False),
+    ("conv_transpose2d", lambda x, w: mj.conv_transpose2d(x, w, stride=(2, 1), padding=(1, 0), output_padding=(1, 0),
+                                                            dilation=(1, 2)),
+     lambda F, x, w: F.conv_transpose2d(x, w, stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2)),
+     [(2, 4, 4, 3), (4, 3, 3, 2)], False),
+    ("max_pool2d-ties", lambda x: mj.max_pool2d(x, 3, 2, 1), lambda F, x: F.max_pool2d(x, 3, 2, 1), [(2, 2, 7, 6)], True),
+    ("avg_pool2d", lambda x: mj.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+     lambda F, x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False), [(2, 2, 7, 6)], False),
+]
+
+
+@pytest.mark.parametrize("name,mine,theirs,shapes,ties", TORCH_CASES, ids=[c[0] for c in TORCH_CASES])
+def test_against_pytorch(name, mine, theirs, shapes, ties):
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(10)
+    xs = [rng.integers(-2, 3, size=s).astype(float) if ties else rng.normal(size=s) for s in shapes]
+    u = rng.normal(size=mine(*xs).shape)
+    value, grads = mj.compile_loss(lambda *a: np.sum(mine(*a) * u), argnums=tuple(range(len(xs))),
+                                   backend="interp")(*xs)
+    ts = [torch.tensor(x, requires_grad=True) for x in xs]
+    out = (theirs(F, *ts) * torch.tensor(u)).sum()
+    out.backward()
+    np.testing.assert_allclose(value, out.item(), rtol=1e-12)
+    for g, t in zip(grads, ts):
+        np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-12, atol=1e-12)
