@@ -4,7 +4,7 @@ What it shows:
   * a convolutional network written with ``mj.conv2d`` and ``mj.max_pool2d`` (NCHW, PyTorch's
     weight layout); ``mj.train_step`` compiles the loss, its gradients and Adam's update into
     one call that updates the parameters in place, for every batch size;
-  * how each convolution runs in the compiled step (``loss.explain``'s plan): im2col + GEMM, or a
+  * how the convolutions run in the compiled step (``loss.explain``'s plan): im2col + GEMM, or a
     direct loop nest reading the input through the window map;
   * the test accuracy.
 
@@ -44,8 +44,9 @@ def accuracy(params, x, y):
     return float(np.mean(np.argmax(logits(params, x), axis=1) == y))   # mj.* compute eagerly on NumPy arrays
 
 
-def conv_methods(loss_fn, params, x, y) -> list[str]:
-    """How each convolution runs in the compiled step, read from its plan."""
+def gemm_lines(loss_fn, params, x, y) -> list[str]:
+    """The GEMMs of the compiled step, read from its plan (a convolution planned as a direct loop
+    nest has none)."""
     plan = mj.compile_loss(loss_fn).explain(params, x, y).plan_text()
     return [line.strip() for line in plan.splitlines() if line.strip().startswith("gemm")]
 
@@ -59,9 +60,9 @@ def main(steps=300, batch=64, lr=3e-3, seed=0, show_plan=True):
     params = init_params(rng)
     print(f"digits: {len(x_train)} training and {len(x_test)} test images of 8x8 pixels")
     if show_plan:   # (compiles the loss and gradients alone: a second compile)
-        gemms = conv_methods(cnn_loss, params, x_train[:batch], y_train[:batch])
-        print(f"the compiled step runs {len(gemms)} GEMMs (im2col + GEMM: each convolution, forward and "
-              f"backward); the first: {gemms[0]}")
+        gemms = gemm_lines(cnn_loss, params, x_train[:batch], y_train[:batch])
+        print(f"the compiled step runs {len(gemms)} GEMMs (the convolutions as im2col + GEMM, forward and "
+              f"backward, and the dense layer); the first: {gemms[0]}")
 
     train = mj.train_step(cnn_loss, mj.optim.adam(lr))
     state = train.init(params)

@@ -252,6 +252,7 @@ def calling_scipy_linalg() -> str | None:
 
 
 def calling_as_strided() -> bool:
+    """Whether NumPy's ``as_strided`` is on the call stack (it converts its argument to an array)."""
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "as_strided" and frame.f_globals.get("__name__", "").startswith("numpy."):
