@@ -26,7 +26,7 @@ from . import array_api as A
 from .errors import ShapeError, UnsupportedError, user_location
 from .indexing import IndexMap
 from .ir import Sym, TensorType
-from .loopir import Const, Gather, ScatterAdd, loop
+from .loopir import Const, Gather, Nest, ScatterAdd, Store, loop
 from .einsum import einsum
 from .ops import COMPOSITE, STRUCTURAL, VIEW, defop, reduced_shape
 
@@ -81,10 +81,28 @@ def window_map(x_shape, out_shape, shape, coeffs) -> IndexMap:
 
 
 def _unwindow_nests(expr, b) -> list:
-    """Zeros, then every element of the cotangent added where the view read it (col2im)."""
+    """Zeros, then every element of the cotangent added where the view read it (col2im); where
+    the windows tile the output exactly (pooling with stride = kernel), one store per element."""
     (g,) = b.inputs
-    at = Gather(b.out, window_map(b.out.shape, g.shape, **b.kwargs), (None,) * b.out.ndim)
-    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, IndexMap.identity(g.ndim)))]
+    imap, here = window_map(b.out.shape, g.shape, **b.kwargs), IndexMap.identity(g.ndim)
+    if tiles(b.out.shape, g.shape, b.kwargs["coeffs"]):
+        return [Nest(g.shape, (Store(b.out, imap, expr(g, here)),))]
+    at = Gather(b.out, imap, (None,) * b.out.ndim)
+    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, here))]
+
+
+def tiles(x_shape, shape, coeffs) -> bool:
+    """Does the window map send the view's elements one to one onto all of ``x_shape``? Along
+    each axis the steps must be the place values of a mixed radix whose digits are the extents."""
+    for n, row in zip(x_shape, coeffs):
+        place = 1
+        for c, d in sorted((c, d) for c, d in zip(row, shape) if c and d != 1):
+            if c != place:
+                return False
+            place *= d
+        if place != n:
+            return False
+    return True
 
 
 def _window_max_rule(types, shape, coeffs, axes):

@@ -287,17 +287,24 @@ def test_conv_transpose2d_is_the_adjoint_of_conv2d():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_max_pool_ties_go_to_the_first_maximum_like_pytorch(backend):
+    """Overlapping windows (a scatter-add) and windows tiling the input (a store per element)."""
     rng = np.random.default_rng(6)
-    x = rng.integers(-1, 2, size=(2, 2, 5, 6)).astype(np.float64)   # many ties
+    x = rng.integers(-1, 2, size=(2, 2, 6, 6)).astype(np.float64)   # many ties
     x[0, 0, 1, 1] = np.nan                                        # a NaN is maximal (and wins)
-    u = rng.normal(size=ref_pool(x, 3, 2, 1, np.max, -np.inf).shape)
-    value, grad = mj.compile_loss(lambda x, u: np.sum(mj.max_pool2d(x, 3, 2, 1) * u), backend=backend)(x, u)
+    pools = [(3, 2, 1), (2, 2, 0)]
+    us = [rng.normal(size=ref_pool(x, *pool, np.max, -np.inf).shape) for pool in pools]
+    step = mj.compile_loss(lambda x, us: sum(np.sum(mj.max_pool2d(x, *pool) * u) for pool, u in zip(pools, us)),
+                           backend=backend)
+    value, grad = step(x, us)
     assert np.isnan(value)
-    expected = ref_max_pool_grad(np.where(np.isnan(x), np.inf, x), 3, 2, 1, u)
+    expected = sum(ref_max_pool_grad(np.where(np.isnan(x), np.inf, x), *pool, u) for pool, u in zip(pools, us))
     np.testing.assert_array_equal(grad, expected)
-    assert np.sum(grad) == pytest.approx(np.sum(u))          # each cotangent goes to exactly one element
-    value, _ = mj.compile_loss(lambda x, u: np.sum(mj.max_pool2d(x, 3, 2, 1) * u), backend=backend)(np.ones_like(x), u)
-    assert value == pytest.approx(np.sum(u))
+    assert np.sum(grad) == pytest.approx(sum(np.sum(u) for u in us))   # each cotangent goes to one element
+    value, _ = step(np.ones_like(x), us)
+    assert value == pytest.approx(sum(np.sum(u) for u in us))
+    if backend == "numba":
+        plan = step.explain(x, us).plan_text()
+        assert plan.count("scatter over") == 1       # the tiling pool's gradient is stored, not scattered
 
 
 def test_the_method_shows_in_the_plan():
