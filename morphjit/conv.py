@@ -26,7 +26,7 @@ from . import array_api as A
 from .errors import ShapeError, UnsupportedError, user_location
 from .indexing import IndexMap
 from .ir import Sym, TensorType
-from .loopir import Const, Gather, Nest, ScatterAdd, Store, loop
+from .loopir import Const, Gather, Load, Nest, ScatterAdd, Store, loads, loop
 from .einsum import einsum
 from .ops import COMPOSITE, STRUCTURAL, VIEW, defop, reduced_shape
 
@@ -82,13 +82,30 @@ def window_map(x_shape, out_shape, shape, coeffs) -> IndexMap:
 
 def _unwindow_nests(expr, b) -> list:
     """Zeros, then every element of the cotangent added where the view read it (col2im); where
-    the windows tile the output exactly (pooling with stride = kernel), one store per element."""
+    the windows tile the output exactly (pooling with stride = kernel), one store per element.
+    The loops run in the order of the buffer the cotangent is read from (contiguous reads)."""
     (g,) = b.inputs
-    imap, here = window_map(b.out.shape, g.shape, **b.kwargs), IndexMap.identity(g.ndim)
+    order = _read_order(expr(g, IndexMap.identity(g.ndim)), g.ndim)
+    loops = IndexMap((0,) * g.ndim, tuple(tuple(int(a == k) for k in order) for a in range(g.ndim)))
+    domain = tuple(g.shape[a] for a in order)
+    imap = loops.then(window_map(b.out.shape, g.shape, **b.kwargs))
     if tiles(b.out.shape, g.shape, b.kwargs["coeffs"]):
-        return [Nest(g.shape, (Store(b.out, imap, expr(g, here)),))]
+        return [Nest(domain, (Store(b.out, imap, expr(g, loops)),))]
     at = Gather(b.out, imap, (None,) * b.out.ndim)
-    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, here))]
+    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(domain, at, expr(g, loops))]
+
+
+def _read_order(body, ndim: int) -> tuple[int, ...]:
+    """The axes of the loop domain in the order of the buffer ``body`` reads (where it reads one
+    buffer through a transpose, as col2im reads the GEMM's result), else in their own order."""
+    reads = loads(body)
+    if len(reads) == 1 and isinstance(reads[0], Load) and len(reads[0].imap.coeffs) == ndim:
+        rows = reads[0].imap.coeffs
+        if not any(reads[0].imap.offsets) and all(sorted(row) == [0] * (ndim - 1) + [1] for row in rows):
+            order = tuple(row.index(1) for row in rows)
+            if sorted(order) == list(range(ndim)):
+                return order
+    return tuple(range(ndim))
 
 
 def tiles(x_shape, shape, coeffs) -> bool:
