@@ -30,6 +30,9 @@ from .numpy_shape import (
     tile, vstack,
 )
 from .custom import custom_vjp, stop_gradient
+from .conv import (
+    as_strided, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, sliding_window_view,
+)
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
                        value_and_grad)
@@ -47,6 +50,7 @@ from .rng import dropout
 from .frozen import FrozenValueError
 
 from . import linalg
+from . import signal
 
 __version__ = "0.1.0"
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 
 import numpy as np
 
@@ -96,6 +97,9 @@ class Tracer:
     ndim = property(lambda self: self.operand.type.ndim)
     size = property(lambda self: self.operand.type.size)
     T = property(lambda self: A.transpose(self))
+    # As if C-contiguous (mj.as_strided reads strides computed from these).
+    strides = property(lambda self: tuple(self.dtype.itemsize * math.prod(self.shape[k + 1:])
+                                          for k in range(self.ndim)))
 
     def __repr__(self) -> str:
         return f"Tracer({self.type})"
@@ -121,6 +125,10 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
+        if calling_as_strided():
+            raise UnsupportedError("np.lib.stride_tricks.as_strided converts its argument to a NumPy array, which a "
+                                   "traced array cannot become: call mj.as_strided (window views) or "
+                                   "np.lib.stride_tricks.sliding_window_view instead", user_location())
         caller = scipy_caller()
         if caller is not None:
             raise scipy_conversion_error(*caller)
@@ -220,7 +228,8 @@ def scipy_caller():
 
 
 # Where the traceable twins of a SciPy module's functions live, by the module's public path
-# (``mj.linalg`` registers itself for ``scipy.linalg``); the others' are in ``mj``.
+# (``mj.linalg`` and ``mj.signal`` register themselves for ``scipy.linalg`` and ``scipy.signal``);
+# the others' are in ``mj``.
 TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
 
 
@@ -230,6 +239,16 @@ def scipy_conversion_error(module: str, name: str) -> UnsupportedError:
     hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else ""
     return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
                             f"a traced array cannot become{hint}", user_location())
+
+
+def calling_as_strided() -> bool:
+    """Whether NumPy's ``as_strided`` is on the call stack (it converts its argument to an array)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "as_strided" and frame.f_globals.get("__name__", "").startswith("numpy."):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:

@@ -26,7 +26,7 @@ def load():
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic", "char_embeddings",
-                       "gp_regression", "scipy_fit"}
+                       "gp_regression", "scipy_fit", "cnn_digits"}
 
 
 def test_mlp_digits(load, capsys):
@@ -38,6 +38,14 @@ def test_mlp_digits(load, capsys):
     assert result["test_accuracy"] > 0.9
     assert "test accuracy" in out and "hand-written NumPy" in out
     assert result["compiled_s"] > 0 and result["numpy_s"] > 0
+    assert result["compiles"] == 1                   # the smaller last batch of an epoch: same step
+
+
+def test_cnn_digits(load, capsys):
+    result = load("cnn_digits").main(steps=300, show_plan=False)
+    assert result["final_loss"] < 0.1 * result["initial_loss"]
+    assert result["test_accuracy"] >= 0.95
+    assert "test accuracy" in capsys.readouterr().out
     assert result["compiles"] == 1                   # the smaller last batch of an epoch: same step
 
 

@@ -303,6 +303,28 @@ case("gather", lambda ns, a, b: ns.choose(_DUP[:4] % 2, [a, b]) if ns is mj else
 case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
                                    else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
 
+
+
+def _windows_by_stacking(x, k):
+    """The last axis's windows of ``k``, stacked from slices (autograd has no window views)."""
+    n = x.shape[-1] - k + 1
+    return AG.stack([x[..., a:a + n] for a in range(k)], axis=-1)
+
+
+def _unwindow_by_padding(g, n):
+    k = g.shape[-1]
+    return sum(AG.concatenate([np.zeros(g.shape[:-2] + (a,)), g[..., a], np.zeros(g.shape[:-2] + (n - g.shape[-2] - a,))],
+                              axis=-1) for a in range(k))
+
+
+case("window", lambda ns, x: ns.lib.stride_tricks.sliding_window_view(x, 3, -1) if ns is np
+     else (mj.sliding_window_view(x, 3, -1) if ns is mj else _windows_by_stacking(x, 3)), [(2, 5)], "sliding")
+case("unwindow", lambda ns, g: mj.conv_transpose2d(g[None, None], np.ones((1, 1, 1, 3)))[0, 0]
+     if ns is mj else _unwindow_by_padding(g[:, :, None] * np.ones((1, 1, 3)), 4), [(4, 2)], "conv_transpose")
+case("window_max", lambda ns, x: mj.max_pool2d(x, 2, 1) if ns is mj else
+     AG.max(AG.stack([x[:, :, a:a + 3, b:b + 2] for a in range(2) for b in range(2)]), axis=0), [(1, 2, 4, 3)],
+     "max_pool2d")
+
 _ROWS = np.zeros((5, 2))
 _ROWS[[1, 3], [0, 1]] = 1.0
 _COLS = np.zeros((2, 4))

@@ -18,7 +18,7 @@ import scipy.linalg
 import scipy.special as sp
 
 import morphjit as mj
-from morphjit import array_api, numpy_index, rng as random_draws
+from morphjit import array_api, conv, numpy_index, rng as random_draws
 from morphjit.ir import DTYPES_BY_NAME, dtype_name
 from morphjit.custom import is_user_op
 from morphjit.ops import OPS
@@ -900,6 +900,49 @@ def lstsq_make(rng, dt):
 CASES += _linalg_cases()
 
 
+# ---------------------------------------------------------------------------------------------
+# Windows (morphjit.conv): views of sliding windows, their transpose, max pooling
+
+def window_make(rng, dt):
+    shape = rand_shape(rng, 1, 3, max_dim=5)
+    axis = tuple(int(a) for a in rng.permutation(len(shape))[:rng.integers(1, len(shape) + 1)])
+    return (values(rng, shape, dt),), dict(window_shape=tuple(int(rng.integers(1, shape[a] + 1)) for a in axis),
+                                           axis=axis)
+
+
+def unwindow_make(rng, dt):
+    n, k = int(rng.integers(3, 7)), int(rng.integers(1, 3))
+    return (values(rng, (2, n - k + 1, k), dt),), dict(n=n)
+
+
+def _unwindow_ref(g, n):
+    out = np.zeros(g.shape[:1] + (n,), g.dtype)
+    for a in range(g.shape[-1]):
+        out[:, a:a + g.shape[1]] += g[..., a]
+    return out
+
+
+def pool_make(domain="any"):
+    def make(rng, dt):
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(int(d) for d in rng.integers(2, 6, 2))
+        return (values(rng, shape, dt, domain),), dict(k=int(rng.integers(1, 3)), stride=int(rng.integers(1, 3)))
+    return make
+
+
+def _max_pool_ref(x, k, stride):
+    windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.max(windows, axis=(4, 5))
+
+
+CASES += [
+    Case("window", "sliding_window_view", lambda x, window_shape, axis: mj.sliding_window_view(x, window_shape, axis),
+         lambda x, window_shape, axis: np.lib.stride_tricks.sliding_window_view(x, window_shape, axis), window_make),
+    Case("unwindow", "col2im", lambda g, n: conv.unwindow(g, (2, n), conv.windows((2, n), (1,), (g.shape[-1],))[1]),
+         _unwindow_ref, unwindow_make),
+    Case("window_max", "max_pool2d", lambda x, k, stride: mj.max_pool2d(x, k, stride), _max_pool_ref, pool_make()),
+]
+
+
 def _args(case: Case, dtype, seed):
     rng = np.random.default_rng([zlib.crc32(case.id.encode()), seed, np.dtype(dtype).itemsize])
     return case.make(rng, dtype)
@@ -987,6 +1030,9 @@ LOWER_CASES = {
     "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
     "softmax_cross_entropy": sce_make("big"),
     "erfinv": unary("unit"), "digamma": unary("any"),
+    "window_max": lambda rng, dt: ((values(rng, (2, 3, 5, 4), dt),), dict(shape=(2, 3, 4, 2, 2, 3),
+                                                                          coeffs=conv.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
+                                                                          axes=(4, 5))),
 }
 
 
@@ -1008,7 +1054,7 @@ def test_lowering_matches_impl(op_name, dtype):
     for seed in SEEDS:
         rng = np.random.default_rng([zlib.crc32(op_name.encode()), seed])
         args, kw = LOWER_CASES[op_name](rng, dtype)
-        params_ = {"axes": array_api.normalize_axes(op_name, kw["axis"], args[0].ndim)} if "axis" in kw else {}
+        params_ = {"axes": array_api.normalize_axes(op_name, kw["axis"], args[0].ndim)} if "axis" in kw else kw
         program, (out,) = trace_run(lambda *a: op.lower(*a, **params_), *args)
         assert op_name not in ops_of(program), f"the lowering of {op_name} binds {op_name} itself"
         with np.errstate(all="ignore"):
