@@ -115,6 +115,22 @@ def check_differentiable(leaf, path: str) -> None:
                          f"or choose the differentiated arguments with argnums)")
 
 
+def named(fn):
+    """``fn``, or for a callable without a ``__name__`` (a ``functools.partial``, an object with
+    ``__call__``) a function calling it, named after what it calls, with its signature."""
+    if hasattr(fn, "__name__"):
+        return fn
+    inner = fn.func if isinstance(fn, functools.partial) else type(fn)
+
+    def call(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(inner, "__name__", "step")
+    call.__doc__, call.__module__ = getattr(inner, "__doc__", None), getattr(inner, "__module__", None)
+    call.__signature__ = inspect.signature(fn)
+    return call
+
+
 def name_hint(fn) -> str:
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in getattr(fn, "__name__", "step"))
     return name[:40] or "step"
@@ -413,6 +429,7 @@ class Compiled:
     def __init__(self, fn, backend, cache, static_shapes, static_argnums, static_argnames):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        fn = named(fn)
         functools.update_wrapper(self, fn)
         self.fn, self.backend, self.cache, self.static_shapes = fn, backend, cache, static_shapes
         self._site = CallSite(static_shapes)

@@ -2,6 +2,7 @@
 mj.value_and_grad, static arguments, and call statistics under threads; each on both backends."""
 from __future__ import annotations
 
+import functools
 import inspect
 
 import numpy as np
@@ -334,3 +335,22 @@ def test_aux_forward_and_static_steps_load_from_the_disk_cache(tmp_path):
             for _ in range(2)]
     assert all(r.returncode == 0 for r in runs), runs[-1].stderr
     assert [json.loads(r.stdout.splitlines()[-1]) for r in runs] == [[0, 0, 0], [1, 1, 1]]
+
+
+def test_a_partial_and_a_callable_object_compile_under_the_name_of_what_they_call():
+    def scaled(w, x, scale):
+        return mj.sum((x @ w) ** 2) * scale
+
+    class Model:
+        def __call__(self, w, x):
+            return mj.sum(mj.tanh(x @ w))
+
+    w, x = np.linspace(-1.0, 1.0, 3), np.linspace(0.0, 1.0, 12).reshape(4, 3)
+    partial = mj.compile_loss(functools.partial(scaled, scale=2.0), backend="interp")
+    value, grad = partial(w, x)
+    np.testing.assert_allclose(value, 2 * np.sum((x @ w) ** 2))
+    np.testing.assert_allclose(grad, 4 * x.T @ (x @ w))
+    assert "'scaled'" in repr(partial)
+    model = mj.compile_loss(Model(), backend="interp")
+    np.testing.assert_allclose(model(w, x)[1], x.T @ (1 - np.tanh(x @ w) ** 2))
+    assert "'Model'" in repr(model)
