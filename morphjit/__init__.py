@@ -30,9 +30,8 @@ from .numpy_shape import (
     tile, vstack,
 )
 from .custom import custom_vjp, stop_gradient
-from .conv import (
-    as_strided, avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d, sliding_window_view,
-)
+from .conv import avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d
+from .stride_tricks import as_strided, sliding_window_view
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
                        value_and_grad)

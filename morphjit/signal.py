@@ -14,9 +14,10 @@ import sys
 import scipy.signal
 
 from . import array_api as A
-from .conv import padded, window, windows
+from .conv import padded
 from .einsum import einsum
 from .errors import ShapeError, UnsupportedError, user_location
+from .stride_tricks import window, windows
 from .trace import TWIN_NAMESPACES
 
 DIRECT_LIMIT = 64   # kernels of at most this many elements are contracted inside one loop nest

@@ -18,7 +18,7 @@ import scipy.linalg
 import scipy.special as sp
 
 import morphjit as mj
-from morphjit import array_api, conv, numpy_index, rng as random_draws
+from morphjit import array_api, numpy_index, rng as random_draws, stride_tricks
 from morphjit.ir import DTYPES_BY_NAME, dtype_name
 from morphjit.custom import is_user_op
 from morphjit.ops import OPS
@@ -937,7 +937,7 @@ def _max_pool_ref(x, k, stride):
 CASES += [
     Case("window", "sliding_window_view", lambda x, window_shape, axis: mj.sliding_window_view(x, window_shape, axis),
          lambda x, window_shape, axis: np.lib.stride_tricks.sliding_window_view(x, window_shape, axis), window_make),
-    Case("unwindow", "col2im", lambda g, n: conv.unwindow(g, (2, n), conv.windows((2, n), (1,), (g.shape[-1],))[1]),
+    Case("unwindow", "col2im", lambda g, n: stride_tricks.unwindow(g, (2, n), stride_tricks.windows((2, n), (1,), (g.shape[-1],))[1]),
          _unwindow_ref, unwindow_make),
     Case("window_max", "max_pool2d", lambda x, k, stride: mj.max_pool2d(x, k, stride), _max_pool_ref, pool_make()),
 ]
@@ -1031,7 +1031,7 @@ LOWER_CASES = {
     "softmax_cross_entropy": sce_make("big"),
     "erfinv": unary("unit"), "digamma": unary("any"),
     "window_max": lambda rng, dt: ((values(rng, (2, 3, 5, 4), dt),), dict(shape=(2, 3, 4, 2, 2, 3),
-                                                                          coeffs=conv.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
+                                                                          coeffs=stride_tricks.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
                                                                           axes=(4, 5))),
 }
 
