@@ -18,6 +18,7 @@ from . import array_api as A
 from .einsum import einsum
 from .errors import ShapeError, UnsupportedError, user_location
 from .ir import TensorType
+from .numpy_index import getitem
 from .ops import COMPOSITE, defop, reduced_shape
 from .stride_tricks import unwindow, window, window_rule, window_values, windows
 
@@ -258,7 +259,7 @@ def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups
     if any(pads):
         key = tuple(slice(pads[spatial.index(a)], full[a] - pads[spatial.index(a)]) if a in spatial else slice(None)
                     for a in range(nd + 2))
-        out = A.getitem(out, key)
+        out = getitem(out, key)
     if b is not None:
         c_out = out.shape[channel]
         out = A.add(out, A.reshape(A.as_array(b), (c_out, 1, 1) if first else (c_out,)))

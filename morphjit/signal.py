@@ -17,6 +17,7 @@ from . import array_api as A
 from .conv import padded
 from .einsum import einsum
 from .errors import ShapeError, UnsupportedError, user_location
+from .numpy_index import getitem
 from .stride_tricks import window, windows
 from .trace import TWIN_NAMESPACES
 
@@ -67,7 +68,7 @@ def _sliding(name, a, b, mode, flip_kernel: bool, same_start, fill=0.0):
     if mode == "valid":
         a, b = _swapped_for_valid(name, a, b)
     pads = _pads(mode, name, b.shape, same_start)
-    kernel = A.getitem(b, (slice(None, None, -1),) * b.ndim) if flip_kernel else b
+    kernel = getitem(b, (slice(None, None, -1),) * b.ndim) if flip_kernel else b
     return _correlate_valid(padded(a, tuple(range(a.ndim)), pads, fill), kernel)
 
 
@@ -94,7 +95,7 @@ def correlate(in1, in2, mode="full", method="auto"):
     a, b = _operands("correlate", in1, in2)
     if mode == "valid" and not all(m >= n for m, n in zip(a.shape, b.shape)):
         # SciPy slides the larger array and reverses the result: the same as correlating with a flip.
-        return _sliding("correlate", a, A.getitem(b, (slice(None, None, -1),) * b.ndim), mode, True, _centred)
+        return _sliding("correlate", a, getitem(b, (slice(None, None, -1),) * b.ndim), mode, True, _centred)
     return _sliding("correlate", a, b, mode, False, _centred)
 
 
@@ -125,7 +126,7 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
         raise ShapeError(f"correlate2d: inputs must be 2-D, got shape {a.shape}", user_location())
     fill = _boundary("correlate2d", boundary, fillvalue)
     if mode == "valid" and not all(m >= n for m, n in zip(a.shape, b.shape)):
-        return _sliding("correlate2d", a, A.getitem(b, (slice(None, None, -1),) * b.ndim), mode, True, _centred, fill)
+        return _sliding("correlate2d", a, getitem(b, (slice(None, None, -1),) * b.ndim), mode, True, _centred, fill)
     return _sliding("correlate2d", a, b, mode, False, _centred_2d, fill)
 
 

@@ -125,10 +125,11 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
-        if calling_as_strided():
+        strided = as_strided_caller()
+        if strided is not None:
             raise UnsupportedError("np.lib.stride_tricks.as_strided converts its argument to a NumPy array, which a "
                                    "traced array cannot become: call mj.as_strided (window views) or "
-                                   "np.lib.stride_tricks.sliding_window_view instead", user_location())
+                                   "np.lib.stride_tricks.sliding_window_view instead", user_location(strided))
         caller = scipy_caller()
         if caller is not None:
             raise scipy_conversion_error(*caller)
@@ -217,12 +218,13 @@ class Tracer:
 
 
 def scipy_caller():
-    """The public module and name of the outermost SciPy function on the stack, if any."""
+    """The public module and name of the outermost SciPy function on the stack, and the frame
+    that called it, if any."""
     frame, found = inspect.currentframe(), None
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
         if module.startswith("scipy."):
-            found = (module.split("._")[0], frame.f_code.co_name)
+            found = (module.split("._")[0], frame.f_code.co_name, frame.f_back)
         frame = frame.f_back
     return found
 
@@ -233,22 +235,24 @@ def scipy_caller():
 TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
 
 
-def scipy_conversion_error(module: str, name: str) -> UnsupportedError:
-    """``module.name`` converts its arguments with ``np.asarray``: the ``mj`` function to call instead."""
+def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
+    """``module.name``, called from the frame ``caller``, converts its arguments with
+    ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
     prefix, namespace = TWIN_NAMESPACES.get(module, ("mj", A))
     hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else ""
     return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
-                            f"a traced array cannot become{hint}", user_location())
+                            f"a traced array cannot become{hint}", user_location(caller))
 
 
-def calling_as_strided() -> bool:
-    """Whether NumPy's ``as_strided`` is on the call stack (it converts its argument to an array)."""
+def as_strided_caller():
+    """The frame that called NumPy's ``as_strided`` (which converts its argument to an array), if
+    it is on the call stack."""
     frame = inspect.currentframe()
     while frame is not None:
         if frame.f_code.co_name == "as_strided" and frame.f_globals.get("__name__", "").startswith("numpy."):
-            return True
+            return frame.f_back
         frame = frame.f_back
-    return False
+    return None
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:

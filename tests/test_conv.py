@@ -383,8 +383,12 @@ def test_signal_gradients(backend):
 
 def test_signal_errors():
     import scipy.signal as ss
-    with pytest.raises(mj.UnsupportedError, match="use mj.signal.convolve"):
+    with pytest.raises(mj.UnsupportedError, match="call mj.signal.convolve instead") as error:
         mj.trace(lambda a: np.sum(ss.convolve(a, np.ones(3))), np.ones(5))
+    assert error.value.loc.filename == __file__ and "ss.convolve(a" in error.value.loc.code   # the user's line
+    with pytest.raises(mj.UnsupportedError, match="call mj.as_strided") as error:
+        mj.trace(lambda a: np.sum(np.lib.stride_tricks.as_strided(a, (2, 2), (8, 8))), np.ones(5))
+    assert error.value.loc.filename == __file__ and "as_strided(a" in error.value.loc.code
     with pytest.raises(mj.ShapeError, match="at least as large"):
         mj.trace(lambda a: np.sum(mj.signal.convolve(a, np.ones((3, 1)), "valid")), np.ones((2, 4)))
     with pytest.raises(mj.UnsupportedError, match="boundary='wrap'"):
