@@ -18,7 +18,7 @@ import numpy as np
 
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck,
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Position, RangeCheck,
                      RowNest, ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
@@ -64,13 +64,17 @@ class Body:
         return f"({test})" if e.dtype == np.bool_ else \
             f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
 
+    def position(self, e: Position) -> str:
+        (position,) = e.imap.render(self.loop_vars)
+        return f"np.{e.dtype.name}({position})"
+
     def apply(self, e: Apply) -> str:
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
 
 
 # How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply}
+CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Position: Body.position, Apply: Body.apply}
 
 
 def loop_invariants(ins: Nest) -> list:

@@ -96,6 +96,16 @@ def test_using_the_batch_size_as_a_number_specialises():
     assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
 
 
+def test_an_arange_from_another_start_specialises():
+    def tail(params, x):
+        return mj.sum(x[np.arange(1, x.shape[0])] @ params["w"])
+
+    params, x = {"w": np.ones(3)}, np.arange(12.0).reshape(4, 3)
+    step = mj.compile_loss(tail)
+    assert_same(step(params, x), reference(tail, (params, x)), rtol=1e-12)
+    assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
+
+
 def test_static_shapes_compiles_each_batch_size():
     fn, args = MODELS["mlp2"](np.float64)
     step = mj.compile_loss(fn, static_shapes=True)
