@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import morphjit as mj
 from morphjit.compiler import batched_leaves
+from morphjit.numpy_index import NUMPY_ARANGE
 from morphjit.ir import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
 from models import MODELS
 from strategies import random_programs
@@ -104,6 +105,7 @@ def test_an_arange_from_another_start_specialises():
     step = mj.compile_loss(tail)
     assert_same(step(params, x), reference(tail, (params, x)), rtol=1e-12)
     assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
+    assert np.arange is NUMPY_ARANGE            # NumPy's own again, after a trace that failed
 
 
 def test_static_shapes_compiles_each_batch_size():
