@@ -236,8 +236,8 @@ class Masked(trace.NotAnArray):
     def select(x, mask) -> "Masked":
         x, mask = A.as_array(x), A.as_array(mask)
         if tuple(x.shape[:mask.ndim]) != tuple(mask.shape):
-            raise IndexingError(f"a boolean mask of shape {tuple(mask.shape)} does not match the indexed "
-                                f"array of shape {tuple(x.shape)}", user_location())
+            raise IndexingError(f"a boolean mask{_argument(mask)} of shape {tuple(mask.shape)} does not match "
+                                f"the indexed array of shape {tuple(x.shape)}", user_location())
         mask = A.broadcast_to(A.reshape(mask, tuple(mask.shape) + (1,) * (x.ndim - mask.ndim)), x.shape)
         return Masked(A.where(mask, x, 1), mask)
 
@@ -327,12 +327,18 @@ def _index_array(k, extent):
     if k.dtype == np.bool_:
         raise UnsupportedError(f"a boolean mask combined with other indices: {MASK_HINT}", user_location())
     if k.dtype.kind not in "iu":
-        raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}", user_location())
+        raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}{_argument(k)}", user_location())
     if isinstance(k, np.ndarray) and not isinstance(extent, Sym) and k.size \
             and (k.min() < -extent or k.max() >= extent):
         bad = k[(k < -extent) | (k >= extent)].flat[0]
         raise IndexingError(f"index {bad} is out of bounds for an axis of size {extent}", user_location())
     return k
+
+
+def _argument(k) -> str:
+    """`` (argument path)`` for an index array that is an argument of the traced function, else ""."""
+    path = k.trace.paths.get(id(k.operand)) if isinstance(k, Tracer) else None
+    return f" (argument {path})" if path else ""
 
 
 def take(a, indices, axis=None):

@@ -160,10 +160,10 @@ def test_a_traced_scalar_index_out_of_range_raises(backend):
 
 def test_float_index_arguments_and_masks_of_the_wrong_shape_are_refused():
     compiled = mj.compile_loss(lambda E, t: mj.sum(E[t]))
-    with pytest.raises(mj.IndexingError, match="integers, got float64"):
+    with pytest.raises(mj.IndexingError, match=r"integers, got float64 \(argument t\)"):
         compiled(np.ones((5, 2)), np.array([0.0, 1.0]))
     assert compiled(np.ones((5, 2)), np.array([True, False, True, False, True]))[0] == 6.0
-    with pytest.raises(mj.IndexingError, match=r"mask of shape \(4,\) does not match .* \(5, 2\)"):
+    with pytest.raises(mj.IndexingError, match=r"mask \(argument t\) of shape \(4,\) does not match .* \(5, 2\)"):
         compiled(np.ones((5, 2)), np.array([True, False, True, False]))
 
 
