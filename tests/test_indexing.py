@@ -36,6 +36,7 @@ def every_form(ns, p, tokens, y, bits, i):
         ns.sum(E[REPEATED[:, None], np.array([0, -1, 0])]),   # broadcast pairs, repeated
         ns.sum(T[REPEATED % 3, :, REPEATED[::-1] % 2] * 0.5),  # separated by a slice
         ns.sum(T[1, ..., bits] ** 2),              # an integer counts as an index array
+        ns.sum(E[None, REPEATED, 1:] ** 2),              # with None and a slice
         ns.sum(take(W, y, 1) * 0.1),
         ns.sum(E[i] * E[i + 1]),                         # traced scalars
         ns.sum(E[2 * i:2 * i + 3] ** 3),                  # a slice with traced bounds
