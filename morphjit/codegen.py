@@ -19,7 +19,7 @@ import numpy as np
 from . import rng, vecmath
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Random, RangeCheck,
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Position, Random, RangeCheck,
                      RowNest, ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
@@ -72,6 +72,10 @@ class Body:
         return f"({test})" if e.dtype == np.bool_ else \
             f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
 
+    def position(self, e: Position) -> str:
+        (position,) = e.imap.render(self.loop_vars)
+        return f"np.{e.dtype.name}({position})"
+
     def apply(self, e: Apply) -> str:
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
@@ -82,7 +86,8 @@ class Body:
 
 
 # How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply, Random: Body.random}
+CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Position: Body.position, Apply: Body.apply,
+        Random: Body.random}
 
 
 def loop_invariants(ins: Nest) -> list:

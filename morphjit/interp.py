@@ -14,8 +14,8 @@ import numpy as np
 from . import rng
 from .indexing import IndexMap
 from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Random, RangeCheck,
-                     RowNest, ScatterAdd)
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Position, Random,
+                     RangeCheck, RowNest, ScatterAdd)
 from .ops import OPS
 from .plan import range_checks
 
@@ -178,6 +178,11 @@ def _one_hot(expr: OneHot, domain, buffer, known, batch, acc) -> np.ndarray:
     return (labels == klass).astype(expr.dtype)
 
 
+def _position(expr: Position, domain, buffer, known, batch, acc) -> np.ndarray:
+    (position,) = _affine(expr.imap, domain)
+    return position.astype(expr.dtype)
+
+
 def _apply(expr: Apply, domain, buffer, known, batch, acc) -> np.ndarray:
     args = [_evaluate(a, domain, buffer, known, batch, acc) for a in expr.args]
     return np.asarray(OPS[expr.op].impl(*args, **dict(expr.params)), expr.dtype)
@@ -195,6 +200,7 @@ EVALUATE = {
     Load: _load,
     Gather: _gather,
     OneHot: _one_hot,
+    Position: _position,
     Apply: _apply,
     Random: _random,
 }

@@ -1,8 +1,10 @@
 """Tracing: run the user's function on tracer arrays and record the forward SSA program."""
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
+import threading
 
 import numpy as np
 
@@ -287,13 +289,61 @@ def trace_with_tree(fn, args, batched=frozenset()):
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
     t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
     try:
-        out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
+        with recording(t, symbolic=bool(batched)):
+            out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
         outputs = tuple(output_var(t, x) for x in out_leaves)
     finally:
         t.closed = True
     program = Program(tuple(x.operand for x in tracers), tuple(t.bindings), outputs, tuple(t.consts),
                       getattr(fn, "__name__", "program"))
     return program, out_tree
+
+
+# NumPy functions that do not dispatch on a symbolic extent (``np.arange(x.shape[0])``), by name:
+# their replacements while a trace with a symbolic batch size runs (registered by the modules
+# defining them). A replacement passes every call without a symbolic extent on to NumPy's own.
+SYMBOLIC_EXTENT_FUNCTIONS: dict = {}
+_numpy_own: dict = {}        # NumPy's functions while they are replaced
+_symbolic_traces = 0         # traces with a symbolic batch size running, in all threads
+_replacing = threading.Lock()
+_current = threading.local()
+
+
+@contextlib.contextmanager
+def recording(t: Trace, symbolic: bool):
+    """While a function runs on ``t``'s tracers: ``t`` is this thread's current trace and, where
+    the batch size is symbolic, NumPy's functions in ``SYMBOLIC_EXTENT_FUNCTIONS`` are replaced
+    (in every thread, until the last such trace ends; other calls reach NumPy's own)."""
+    stack = _current.__dict__.setdefault("traces", [])
+    stack.append(t)
+    if symbolic:
+        _count_symbolic_trace(+1)
+    try:
+        yield
+    finally:
+        stack.pop()
+        if symbolic:
+            _count_symbolic_trace(-1)
+
+
+def _count_symbolic_trace(change: int) -> None:
+    global _symbolic_traces
+    with _replacing:
+        _symbolic_traces += change
+        if change > 0 and _symbolic_traces == 1:
+            _numpy_own.update((name, getattr(np, name)) for name in SYMBOLIC_EXTENT_FUNCTIONS)
+            for name, function in SYMBOLIC_EXTENT_FUNCTIONS.items():
+                setattr(np, name, function)
+        elif _symbolic_traces == 0:
+            for name, function in _numpy_own.items():
+                setattr(np, name, function)
+            _numpy_own.clear()
+
+
+def current_trace() -> Trace | None:
+    """The trace the calling thread records into (the innermost one); None outside tracing."""
+    stack = getattr(_current, "traces", None)
+    return stack[-1] if stack else None
 
 
 def argument_names(fn, count: int) -> list[str]:

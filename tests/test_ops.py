@@ -248,6 +248,16 @@ def advanced_index_make(rng, dt):
     return (x,), dict(key=advanced_index(rng, x.shape))
 
 
+def iota_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3), dt)
+    return (x,), dict(axis=int(rng.integers(0, x.ndim)))
+
+
+def times_position(x, axis):
+    """``x`` times each element's index along ``axis`` (an iota, as ``np.arange`` of the batch size)."""
+    return x * numpy_index.iota(x.shape, axis, np.int64, array_api.trace_of([x]))
+
+
 def take_make(rng, dt):
     x = values(rng, rand_shape(rng, 1, 3, max_dim=5), dt)
     axis = rng.choice([None] + list(range(-x.ndim, x.ndim)))
@@ -751,6 +761,7 @@ def _cases():
         Case("gather", "take_along_axis", lambda x, i, axis: mj.take_along_axis(x, i, axis),
              lambda x, i, axis: np.take_along_axis(x, i, axis), take_along_axis_make),
         Case("gather", "choose", lambda a, *cs: mj.choose(a, cs), lambda a, *cs: np.choose(a, cs), choose_make),
+        Case("iota", "times-position", times_position, lambda x, axis: x * np.indices(x.shape)[axis], iota_make),
         Case("scatter_add", "repeated-indices", lambda g, i, shape, axis: array_api.scatter_add(g, (i,), shape, axis),
              _scatter_add_ref, scatter_add_make),
         Case("unslice", "unslice", array_api.unslice,
