@@ -58,9 +58,15 @@ def _column_back(x, vector: bool):
     return A.squeeze(x, -1) if vector else x
 
 
-def cholesky(a, upper=False):
-    """The lower Cholesky factor ``L`` of ``a = L @ L.T`` (``upper=True``: ``L.T``). Reads the
-    lower triangle of ``a``; raises ``LinAlgError`` unless ``a`` is positive definite."""
+def cholesky(a, *, upper=False, lower=None, overwrite_a=False, check_finite=True):
+    """The lower Cholesky factor ``L`` of ``a = L @ L.T`` (``upper=True``, or SciPy's
+    ``lower=False``: ``L.T``). Without either, NumPy's default: the lower factor (SciPy's is the
+    upper one). Reads the lower triangle of ``a``; raises ``LinAlgError`` unless ``a`` is
+    positive definite."""
+    if lower is not None:
+        if upper and lower:
+            raise ValueError("cholesky: upper=True and lower=True contradict each other")
+        upper = not lower
     L = apply("cholesky", [_matrix("cholesky", a)])
     return A.swap_last(L) if upper else L
 

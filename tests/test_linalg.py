@@ -244,3 +244,10 @@ def test_shape_errors_name_the_problem():
         mj.trace(lambda a: np.linalg.cholesky(a), np.ones((2, 3)))
     with pytest.raises(mj.ShapeError, match="do not fit"):
         mj.trace(lambda a, b: np.linalg.solve(a, b), np.eye(3), np.ones(2))
+
+
+def test_cholesky_takes_scipys_lower_and_refuses_a_contradiction():
+    k = spd(np.arange(9.0).reshape(3, 3))
+    np.testing.assert_allclose(la.cholesky(k, lower=False), np.linalg.cholesky(k).T)
+    with pytest.raises(ValueError, match="contradict"):
+        la.cholesky(k, upper=True, lower=True)
