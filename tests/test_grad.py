@@ -19,6 +19,7 @@ import pytest
 import morphjit as mj
 from morphjit import array_api as A
 from morphjit.custom import is_user_op
+from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
 
 from gradcheck import AG, AG_SCIPY_LINALG, check_against_autograd, check_vjp_fd
@@ -388,6 +389,8 @@ case("cho_solve", lambda ns, x, b: _cho_solve(ns, x, b, True), [(3, 3), (3,)], "
 for _lower in (True, False):
     case("triangular_inverse", lambda ns, a, lo=_lower: mj.linalg.triangular_inverse(_triangular(a, lo), lower=lo)
          if ns is mj else ns.linalg.inv(_triangular(a, lo)), [(4, 4)], f"lower={_lower}")
+case("weighted_gram", lambda ns, w, e: apply("weighted_gram", [w, e]) if ns is mj else
+     ns.swapaxes(w * np.tri(4), 0, 1) @ (e[:, None] * (w * np.tri(4))), [(4, 4), (4,)], "signed-weights")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3, 2)], "matrix")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3,)], "vector")
 case("inv", lambda ns, a: ns.linalg.inv(a + 4.0 * np.eye(3)), [(3, 3)], "plain")

@@ -20,6 +20,7 @@ import scipy.special as sp
 import morphjit as mj
 from morphjit import array_api, numpy_index
 from morphjit.custom import is_user_op
+from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
@@ -821,6 +822,11 @@ def linalg_make(kind, rhs=None):
     return make
 
 
+def _gram_make(rng, dt):
+    n, batch = int(rng.integers(1, 5)), rand_shape(rng, 0, 2, max_dim=3)
+    return (np.asarray(rng.standard_normal(batch + (n, n)), dt), np.asarray(rng.standard_normal((n,)), dt)), {}
+
+
 def _batched_solve_triangular(a, b, **kw):
     if a.ndim == 2:
         return scipy.linalg.solve_triangular(a, b, **kw)
@@ -857,6 +863,8 @@ def _linalg_cases() -> list[Case]:
         Case("triangular_matmul", "lower-trans",
              lambda a, b: la.triangular_matmul(a, b, lower=True, trans=True),
              lambda a, b: np.swapaxes(np.tril(a), -1, -2) @ b, linalg_make("lower", "matrix")),
+        Case("weighted_gram", "signed", lambda w, e: apply("weighted_gram", [w, e]),
+             lambda w, e: np.swapaxes(np.tril(w), -1, -2) @ (e[..., None] * np.tril(w)), _gram_make),
         Case("solve", "vector", la.solve, np.linalg.solve, linalg_make("general", "vector"), tol=100),
         Case("solve", "matrix", la.solve, np.linalg.solve, linalg_make("general", "matrix"), tol=100),
         Case("inv", "inv", la.inv, np.linalg.inv, linalg_make("general"), tol=100),
