@@ -194,14 +194,15 @@ def _zero_off_diagonal(x) -> bool:
     of such values (the cotangent of a read of a diagonal: ``L * eye``, ``np.diag(L)``)."""
     made = {id(b.out): b for b in x.trace.bindings}
     captured = {id(var): array for var, array in x.trace.consts}
+    n = x.shape[-1]
 
     def diagonal(v) -> bool:
         if isinstance(v, Lit):
             return v.value == 0
-        if len(v.shape) < 2 or v.shape[-1] != v.shape[-2]:
+        if v.shape[-2:] != (n, n):   # a smaller operand would broadcast off the diagonal
             return False
         if id(v) in captured:
-            return not np.any(captured[id(v)] * (1 - np.eye(v.shape[-1])))
+            return not np.any(captured[id(v)] * (1 - np.eye(n)))
         b = made.get(id(v))
         if b is None:
             return False

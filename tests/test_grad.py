@@ -374,6 +374,7 @@ case("cholesky", lambda ns, x: ns.sum(ns.linalg.cholesky(_spd(ns, x)) * np.eye(4
 case("cholesky", lambda ns, x: ns.log(ns.diagonal(ns.linalg.cholesky(_spd(ns, x)))), [(4, 4)], "log-diagonal")
 case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * (np.eye(3) + np.eye(3, k=-2)), [(3, 3)],
      "almost-diagonal-mask")
+case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * np.array([[2.0]]), [(3, 3)], "one-by-one-mask")
 
 
 def _cho_solve(ns, x, b, lower):
