@@ -155,9 +155,24 @@ def det(a):
 
 
 def slogdet(a):
-    """``np.linalg.slogdet``: ``(sign, logabsdet)``, differentiable in ``logabsdet``."""
-    packed = apply("slogdet", [_matrix("slogdet", a)])
+    """``np.linalg.slogdet``: ``(sign, logabsdet)``, differentiable in ``logabsdet``. Of a matrix
+    the trace has already factored by ``cholesky`` (so positive definite), from the factor's
+    diagonal: no LU, and the gradient is Murray's diagonal rule rather than an inverse."""
+    a = _matrix("slogdet", a)
+    factor = _cholesky_factor_of(a)
+    if factor is not None:
+        logabsdet = 2.0 * A.sum(A.log(A.sum(factor * np.eye(a.shape[-1], dtype=a.dtype), axis=-1)), axis=-1)
+        return SlogdetResult(A.ones_like(logabsdet), logabsdet)   # 1 even for NaN input, as NumPy
+    packed = apply("slogdet", [a])
     return SlogdetResult(getitem(packed, (Ellipsis, 0)), getitem(packed, (Ellipsis, 1)))
+
+
+def _cholesky_factor_of(a):
+    """The lower Cholesky factor of the traced matrix ``a`` if the trace has made it; else None."""
+    if not isinstance(a, Tracer):
+        return None
+    made = next((b for b in a.trace.bindings if b.op == "cholesky" and b.inputs[0] is a.operand), None)
+    return None if made is None else Tracer(a.trace, made.out)
 
 
 def eigh(a, UPLO="L"):

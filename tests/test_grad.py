@@ -377,6 +377,15 @@ case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * (np.eye(3) + np
 case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * np.array([[2.0]]), [(3, 3)], "one-by-one-mask")
 
 
+def _slogdet_after_cholesky(ns, x):
+    k = _spd(ns, x)
+    ns.linalg.cholesky(k)   # the factor slogdet then reads
+    return ns.linalg.slogdet(k)[1]
+
+
+case("cholesky", _slogdet_after_cholesky, [(4, 4)], "slogdet-of-factored")
+
+
 def _cho_solve(ns, x, b, lower):
     if ns is not mj:
         return ns.linalg.solve(_spd(ns, x), b)

@@ -41,7 +41,7 @@ def everything(x, y):
     well = x + 2.0 * np.eye(x.shape[-1], dtype=x.dtype)
     q, r = np.linalg.qr(well)
     fitted, residuals, _, singular = la.lstsq(well[:, :, :3], y)    # NumPy does not batch lstsq
-    terms = [np.sum(y * alpha), np.sum(upper * tri), np.linalg.slogdet(k)[1].sum(), np.linalg.det(k).sum(),
+    terms = [np.sum(y * alpha), np.sum(upper * tri), np.linalg.slogdet(k)[1].sum() + np.linalg.slogdet(well)[1].sum(), np.linalg.det(k).sum(),
              np.sum(np.linalg.solve(k, y) ** 2), np.sum(np.linalg.inv(k) * x), np.sum(w * w),
              np.sum(v ** 2 * x), np.sum(q ** 2 * x), np.sum(r ** 2), np.sum(np.linalg.eigvalsh(k)),
              np.sum(fitted ** 2) + np.sum(residuals) + np.sum(singular), np.sum(np.linalg.pinv(well) * x),
@@ -186,6 +186,26 @@ def test_eigh_gradients_stay_finite_for_repeated_eigenvalues():
     _, g = mj.compile_loss(loss, backend="interp")(np.eye(3))
     assert np.all(np.isfinite(g))
     np.testing.assert_allclose(np.diag(g), 2.0 + 1.0)   # d sum(w^2) = 2 I; v = I reads the diagonal
+
+
+def test_slogdet_of_a_factored_matrix_reads_the_factor():
+    def loss(k):
+        L = np.linalg.cholesky(k)
+        sign, logabsdet = np.linalg.slogdet(k)
+        return np.sum(L) + np.sum(sign * logabsdet)
+
+    ops = [b.op for b in mj.trace(loss, spd(np.ones((2, 3, 3)))).bindings]
+    assert "slogdet" not in ops and ops.count("cholesky") == 1
+
+
+def test_slogdet_of_a_factored_matrix_has_numpys_sign_for_nan_input():
+    def signs(k):
+        np.linalg.cholesky(k)
+        return np.sum(np.linalg.slogdet(k)[0])
+
+    k = np.stack([spd(np.ones((3, 3))), np.full((3, 3), np.nan)])
+    value, _ = mj.compile_loss(signs, backend="interp")(k)
+    assert value == np.sum(np.linalg.slogdet(k)[0]) == 2.0
 
 
 def test_numpy_linalg_calls_on_traced_arrays_are_the_same_ops():
