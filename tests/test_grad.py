@@ -19,6 +19,7 @@ import pytest
 import morphjit as mj
 from morphjit import array_api as A
 from morphjit.custom import is_user_op
+from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
 
 from gradcheck import AG, AG_SCIPY_LINALG, check_against_autograd, check_vjp_fd
@@ -390,6 +391,38 @@ for _lower in (True, False):
              mj.linalg.triangular_matmul(a, b, lower=lo, trans=t) if ns is mj else
              ns.swapaxes(_triangular(a, lo) - 4.0 * np.eye(4), 0, 1) @ b if t else (_triangular(a, lo) - 4.0 * np.eye(4)) @ b,
              [(4, 4), (4, 2)], f"lower={_lower}-trans={_trans}")
+# The factor read on its diagonal only (Murray's rule in closed form), or also off it (the full rule)
+case("cholesky", lambda ns, x: ns.sum(ns.linalg.cholesky(_spd(ns, x)) * np.eye(4), axis=-1), [(4, 4)], "diagonal-mask")
+case("cholesky", lambda ns, x: ns.log(ns.diagonal(ns.linalg.cholesky(_spd(ns, x)))), [(4, 4)], "log-diagonal")
+case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * (np.eye(3) + np.eye(3, k=-2)), [(3, 3)],
+     "almost-diagonal-mask")
+case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * np.array([[2.0]]), [(3, 3)], "one-by-one-mask")
+
+
+def _slogdet_after_cholesky(ns, x):
+    k = _spd(ns, x)
+    ns.linalg.cholesky(k)   # the factor slogdet then reads
+    return ns.linalg.slogdet(k)[1]
+
+
+case("cholesky", _slogdet_after_cholesky, [(4, 4)], "slogdet-of-factored")
+
+
+def _cho_solve(ns, x, b, lower):
+    if ns is not mj:
+        return ns.linalg.solve(_spd(ns, x), b)
+    factor = mj.linalg.cho_factor(_spd(ns, x), lower=lower)
+    return mj.linalg.cho_solve(factor, b)
+
+
+for _lower in (True, False):
+    case("cho_solve", lambda ns, x, b, lo=_lower: _cho_solve(ns, x, b, lo), [(4, 4), (4, 2)], f"lower={_lower}")
+case("cho_solve", lambda ns, x, b: _cho_solve(ns, x, b, True), [(3, 3), (3,)], "vector")
+for _lower in (True, False):
+    case("triangular_inverse", lambda ns, a, lo=_lower: mj.linalg.triangular_inverse(_triangular(a, lo), lower=lo)
+         if ns is mj else ns.linalg.inv(_triangular(a, lo)), [(4, 4)], f"lower={_lower}")
+case("weighted_gram", lambda ns, w, e: apply("weighted_gram", [w, e]) if ns is mj else
+     ns.swapaxes(w * np.tri(4), 0, 1) @ (e[:, None] * (w * np.tri(4))), [(4, 4), (4,)], "signed-weights")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3, 2)], "matrix")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3,)], "vector")
 case("inv", lambda ns, a: ns.linalg.inv(a + 4.0 * np.eye(3)), [(3, 3)], "plain")

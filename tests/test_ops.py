@@ -21,6 +21,7 @@ import morphjit as mj
 from morphjit import array_api, numpy_index, rng as random_draws, stride_tricks
 from morphjit.ir import DTYPES_BY_NAME, dtype_name
 from morphjit.custom import is_user_op
+from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
@@ -849,6 +850,11 @@ def linalg_make(kind, rhs=None):
     return make
 
 
+def _gram_make(rng, dt):
+    n, batch = int(rng.integers(1, 5)), rand_shape(rng, 0, 2, max_dim=3)
+    return (np.asarray(rng.standard_normal(batch + (n, n)), dt), np.asarray(rng.standard_normal((n,)), dt)), {}
+
+
 def _batched_solve_triangular(a, b, **kw):
     if a.ndim == 2:
         return scipy.linalg.solve_triangular(a, b, **kw)
@@ -863,17 +869,30 @@ def _linalg_cases() -> list[Case]:
         Case("cholesky", "spd", la.cholesky, np.linalg.cholesky, linalg_make("spd"), tol=10),
         Case("cholesky", "upper", lambda a: la.cholesky(a, upper=True),
              lambda a: np.swapaxes(np.linalg.cholesky(a), -1, -2), linalg_make("spd"), tol=10),
+        Case("cholesky", "scipy-lower", lambda a: la.cholesky(a, lower=True), np.linalg.cholesky, linalg_make("spd"),
+             tol=10),
+        Case("cholesky", "scipy-upper", lambda a: la.cholesky(a, lower=False),
+             lambda a: np.swapaxes(np.linalg.cholesky(a), -1, -2), linalg_make("spd"), tol=10),
         Case("solve_triangular", "lower", lambda a, b: la.solve_triangular(a, b, lower=True),
              lambda a, b: _batched_solve_triangular(a, b, lower=True), linalg_make("lower", "matrix"), tol=10),
         Case("solve_triangular", "upper-trans", lambda a, b: la.solve_triangular(np.swapaxes(a, -1, -2), b, trans="T"),
              lambda a, b: np.linalg.solve(a, b), linalg_make("lower", "matrix"), tol=100),
-        Case("solve_triangular", "cho_solve", lambda a, b: la.cho_solve(la.cho_factor(a, lower=True), b),
+        Case("cho_solve", "lower", lambda a, b: la.cho_solve(la.cho_factor(a, lower=True), b),
              np.linalg.solve, linalg_make("spd", "vector"), tol=100),
-        Case("solve_triangular", "cho_solve-upper", lambda a, b: la.cho_solve(la.cho_factor(a), b),
+        Case("cho_solve", "upper", lambda a, b: la.cho_solve(la.cho_factor(a), b),
              np.linalg.solve, linalg_make("spd", "matrix"), tol=100),
+        Case("solve_triangular", "cho_solve-given-factor", lambda a, b: la.cho_solve((a, True), b),
+             lambda a, b: np.linalg.solve(np.tril(a) @ np.swapaxes(np.tril(a), -1, -2), b),
+             linalg_make("lower", "matrix"), tol=100),
+        Case("triangular_inverse", "lower", lambda a: la.triangular_inverse(a, lower=True),
+             lambda a: np.linalg.inv(np.tril(a)), linalg_make("lower"), tol=100),
+        Case("triangular_inverse", "upper", lambda a: la.triangular_inverse(np.swapaxes(a, -1, -2)),
+             lambda a: np.linalg.inv(np.swapaxes(np.tril(a), -1, -2)), linalg_make("lower"), tol=100),
         Case("triangular_matmul", "lower-trans",
              lambda a, b: la.triangular_matmul(a, b, lower=True, trans=True),
              lambda a, b: np.swapaxes(np.tril(a), -1, -2) @ b, linalg_make("lower", "matrix")),
+        Case("weighted_gram", "signed", lambda w, e: apply("weighted_gram", [w, e]),
+             lambda w, e: np.swapaxes(np.tril(w), -1, -2) @ (e[..., None] * np.tril(w)), _gram_make),
         Case("solve", "vector", la.solve, np.linalg.solve, linalg_make("general", "vector"), tol=100),
         Case("solve", "matrix", la.solve, np.linalg.solve, linalg_make("general", "matrix"), tol=100),
         Case("inv", "inv", la.inv, np.linalg.inv, linalg_make("general"), tol=100),
