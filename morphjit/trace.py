@@ -219,16 +219,27 @@ class Tracer:
     round = lambda self, decimals=0: np.round(self, decimals)
 
 
+def outermost_frame(matches):
+    """The outermost frame on the stack for which ``matches(frame)`` holds, if any."""
+    frame, found = inspect.currentframe(), None
+    while frame is not None:
+        if matches(frame):
+            found = frame
+        frame = frame.f_back
+    return found
+
+
+def in_module(prefix: str):
+    return lambda frame: frame.f_globals.get("__name__", "").startswith(prefix)
+
+
 def scipy_caller():
     """The public module and name of the outermost SciPy function on the stack, and the frame
     that called it, if any."""
-    frame, found = inspect.currentframe(), None
-    while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith("scipy."):
-            found = (module.split("._")[0], frame.f_code.co_name, frame.f_back)
-        frame = frame.f_back
-    return found
+    frame = outermost_frame(in_module("scipy."))
+    if frame is None:
+        return None
+    return frame.f_globals["__name__"].split("._")[0], frame.f_code.co_name, frame.f_back
 
 
 # Where the traceable twins of a SciPy module's functions live, by the module's public path
@@ -249,12 +260,9 @@ def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
 def as_strided_caller():
     """The frame that called NumPy's ``as_strided`` (which converts its argument to an array), if
     it is on the call stack."""
-    frame = inspect.currentframe()
-    while frame is not None:
-        if frame.f_code.co_name == "as_strided" and frame.f_globals.get("__name__", "").startswith("numpy."):
-            return frame.f_back
-        frame = frame.f_back
-    return None
+    in_numpy = in_module("numpy.")
+    frame = outermost_frame(lambda f: f.f_code.co_name == "as_strided" and in_numpy(f))
+    return None if frame is None else frame.f_back
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
