@@ -239,7 +239,16 @@ def scipy_caller():
     frame = outermost_frame(in_module("scipy."))
     if frame is None:
         return None
-    return frame.f_globals["__name__"].split("._")[0], frame.f_code.co_name, frame.f_back
+    module, name = frame.f_globals["__name__"], frame.f_code.co_name
+    if module.startswith("scipy._lib"):  # a SciPy decorator's wrapper: the public function is in its closure
+        wrapped = [f for f in frame.f_locals.values() if callable(f) and _is_public_scipy(f)]
+        module, name = (wrapped[0].__module__, wrapped[0].__name__) if wrapped else (module, name)
+    return module.split("._")[0], name, frame.f_back
+
+
+def _is_public_scipy(function) -> bool:
+    module = getattr(function, "__module__", None) or ""
+    return module.startswith("scipy.") and not module.startswith("scipy._lib")
 
 
 # Where the traceable twins of a SciPy module's functions live, by the module's public path
