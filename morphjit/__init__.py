@@ -49,6 +49,7 @@ from .rng import dropout
 from .frozen import FrozenValueError
 
 from . import linalg
+from . import stats
 from . import signal
 
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ from . import trace
 from .errors import DtypeError, IndexingError, ShapeError, UnsupportedError, user_location
 from .ir import Lit, Specialize, Sym, dtype_name, is_float
 from .ops import OPS, broadcast_shapes
+from .substitutes import SYMBOLIC_EXTENT
 from .trace import Tracer
 
 
@@ -380,7 +381,7 @@ INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 def arange(*args, **kwargs):
     """``np.arange`` while a trace with a symbolic batch size runs (see
-    ``trace.SYMBOLIC_EXTENT_FUNCTIONS``): ``np.arange(n)`` with ``n`` the batch size, or a multiple of
+    ``substitutes.SYMBOLIC_EXTENT``): ``np.arange(n)`` with ``n`` the batch size, or a multiple of
     it (``x.shape[0]``), is a traced iota of integers, so the step serves every batch size; a start
     or step with it needs the concrete size. Other calls are NumPy's."""
     if not any(isinstance(a, Sym) for a in (*args, *kwargs.values())):
@@ -420,5 +421,5 @@ def _expand_ellipsis(key, ndim: int):
 
 
 trace.use_indexing(getitem)
-trace.SYMBOLIC_EXTENT_FUNCTIONS["arange"] = arange
+SYMBOLIC_EXTENT.register(np, "arange", arange)
 A.FUNCTIONS.update({np.take: take, np.take_along_axis: take_along_axis, np.choose: choose})

@@ -15,6 +15,7 @@ import scipy.special as sp
 
 from . import array_api as A
 from . import numpy_ext as X
+from .ir import Lit
 from .ops import COMPOSITE, EXPENSIVE, defop, elementwise, elementwise_rule
 
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -214,7 +215,8 @@ def _x_log(log_fn, shift):
     """xlogy / xlog1py: ``x * log(y)``, 0 where x == 0 (unless y is NaN)."""
     @_arrays_out
     def fn(x, y):
-        _, (x, y) = A.promote([A.as_value(x), A.as_value(y)], floating=True)
+        _, operands = A.promote([A.as_value(x), A.as_value(y)], floating=True)
+        x, y = (np.asarray(v.value, v.dtype) if isinstance(v, Lit) else v for v in operands)  # a Python scalar
         zero = A.logical_and(A.equal(x, 0.0), A.logical_not(X.isnan(y)))
         safe_y = A.where(zero, 1.0 - shift, y)
         return A.where(zero, 0.0, x * log_fn(safe_y))

@@ -12,6 +12,7 @@ from . import pytree
 from .errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
 from .ir import BATCH_SIZE, DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
 from .ops import ELEMENTWISE, OPS
+from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
 
 
 class Trace:
@@ -240,6 +241,10 @@ def scipy_caller():
     if frame is None:
         return None
     module, name = frame.f_globals["__name__"], frame.f_code.co_name
+    owner = frame.f_locals.get("self")
+    owner = getattr(owner, "dist", owner)   # a frozen distribution's
+    if isinstance(getattr(owner, "name", None), str):
+        name = f"{owner.name}.{name}"   # a method of a named object: scipy.stats.norm.logpdf
     if module.startswith("scipy._lib"):  # a SciPy decorator's wrapper: the public function is in its closure
         wrapped = [f for f in frame.f_locals.values() if callable(f) and _is_public_scipy(f)]
         module, name = (wrapped[0].__module__, wrapped[0].__name__) if wrapped else (module, name)
@@ -255,13 +260,16 @@ def _is_public_scipy(function) -> bool:
 # (``mj.linalg`` and ``mj.signal`` register themselves for ``scipy.linalg`` and ``scipy.signal``);
 # the others' are in ``mj``.
 TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
+# What else to do, by module, where a function has no twin (``morphjit.stats`` for scipy.stats).
+MODULE_HINTS: dict[str, str] = {}
 
 
 def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
     """``module.name``, called from the frame ``caller``, converts its arguments with
     ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
     prefix, namespace = TWIN_NAMESPACES.get(module, ("mj", A))
-    hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else ""
+    hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else \
+        MODULE_HINTS.get(module, "")
     return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
                             f"a traced array cannot become{hint}", user_location(caller))
 
@@ -316,45 +324,20 @@ def trace_with_tree(fn, args, batched=frozenset()):
     return program, out_tree
 
 
-# NumPy functions that do not dispatch on a symbolic extent (``np.arange(x.shape[0])``), by name:
-# their replacements while a trace with a symbolic batch size runs (registered by the modules
-# defining them). A replacement passes every call without a symbolic extent on to NumPy's own.
-SYMBOLIC_EXTENT_FUNCTIONS: dict = {}
-_numpy_own: dict = {}        # NumPy's functions while they are replaced
-_symbolic_traces = 0         # traces with a symbolic batch size running, in all threads
-_replacing = threading.Lock()
 _current = threading.local()
 
 
 @contextlib.contextmanager
 def recording(t: Trace, symbolic: bool):
-    """While a function runs on ``t``'s tracers: ``t`` is this thread's current trace and, where
-    the batch size is symbolic, NumPy's functions in ``SYMBOLIC_EXTENT_FUNCTIONS`` are replaced
-    (in every thread, until the last such trace ends; other calls reach NumPy's own)."""
+    """While a function runs on ``t``'s tracers: ``t`` is this thread's current trace, and the
+    library functions that need it are replaced (``substitutes``)."""
     stack = _current.__dict__.setdefault("traces", [])
     stack.append(t)
-    if symbolic:
-        _count_symbolic_trace(+1)
     try:
-        yield
+        with ANY_TRACE.active(), (SYMBOLIC_EXTENT.active() if symbolic else contextlib.nullcontext()):
+            yield
     finally:
         stack.pop()
-        if symbolic:
-            _count_symbolic_trace(-1)
-
-
-def _count_symbolic_trace(change: int) -> None:
-    global _symbolic_traces
-    with _replacing:
-        _symbolic_traces += change
-        if change > 0 and _symbolic_traces == 1:
-            _numpy_own.update((name, getattr(np, name)) for name in SYMBOLIC_EXTENT_FUNCTIONS)
-            for name, function in SYMBOLIC_EXTENT_FUNCTIONS.items():
-                setattr(np, name, function)
-        elif _symbolic_traces == 0:
-            for name, function in _numpy_own.items():
-                setattr(np, name, function)
-            _numpy_own.clear()
 
 
 def current_trace() -> Trace | None:

@@ -11,6 +11,8 @@ Functions here take and return flat lists of NumPy arrays; pytrees are flattened
 """
 from __future__ import annotations
 
+import functools
+import operator
 import warnings
 
 import numpy as np
@@ -184,6 +186,12 @@ class AutogradNS:
     @staticmethod
     def ptp(x, axis=None):
         return anp.max(x, axis=axis) - anp.min(x, axis=axis)
+
+    @staticmethod
+    def prod(x, axis=None):
+        """Factor by factor: autograd's own gradient of prod divides by each factor (NaN at a zero)."""
+        factors = anp.ravel(x) if axis is None else anp.moveaxis(x, axis, 0)
+        return functools.reduce(operator.mul, [factors[i] for i in range(len(factors))], anp.ones(factors.shape[1:]))
 
     @staticmethod
     def nansum(x, axis=None):

@@ -129,7 +129,8 @@ def _special_loss(x, y):
     """Every function of morphjit/special.py, on x in (0.1, 0.9) and y in (0.5, 2)."""
     terms = [sp.expit(x), sp.logit(x), sp.log_expit(x), sp.erf(x), sp.erfc(x), sp.erfinv(x), sp.erfinv(-x ** 8),
              sp.ndtr(x), sp.log_ndtr(x), sp.log_ndtr(-30 * y), sp.gammaln(y), sp.gammaln(-y), sp.digamma(y),
-             sp.digamma(-y), sp.xlogy(x, y), sp.xlog1py(x, y), sp.entr(x), sp.softplus(x)]
+             sp.digamma(-y), sp.xlogy(x, y), sp.xlog1py(x, y), sp.entr(x), sp.softplus(x), sp.xlogy(1.5, y),
+             sp.xlog1py(0.5, -x)]
     return sum(np.sum(t * (k + 1.0) / 20) for k, t in enumerate(terms))
 
 
