@@ -23,7 +23,8 @@ import sys
 import numpy as np
 
 from . import array_api as A
-from . import conversions, numpy_index, numpy_shape, special, trace
+from . import conversions, numpy_index, numpy_shape, trace
+from . import special as scipy_special  # noqa: F401 (registers scipy.special's functions into the dispatch)
 from .errors import UnsupportedError, user_location
 from .trace import SUPPORTED_DTYPES, Tracer
 
@@ -406,17 +407,18 @@ def __array_namespace_info__():
 
 class SpecialFunctions:
     """``xp.special``, where SciPy's ``scipy.special`` looks for a namespace's own functions before
-    it converts the arguments to NumPy arrays: morphjit's, and for any other name a function that
-    raises ``UnsupportedError`` naming ``scipy.special.<name>``."""
-
-    def __init__(self, functions: dict):
-        self.__dict__.update(functions)
+    it converts the arguments to NumPy arrays: the function morphjit's NumPy dispatch has for
+    ``scipy.special.<name>``, or one that raises ``UnsupportedError`` naming it."""
 
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        scipy_function = getattr(sys.modules["scipy.special"], name, None)
-        scipy_function = getattr(scipy_function, "__wrapped__", scipy_function)   # SciPy's dispatching wrapper
+        public = getattr(sys.modules["scipy.special"], name, None)
+        scipy_function = getattr(public, "__wrapped__", public)   # under SciPy's dispatching wrapper
+        for function in (public, scipy_function):
+            traced = A.UFUNCS.get(function) or A.FUNCTIONS.get(function)
+            if traced is not None:
+                return traced
 
         def unsupported(*args, **kwargs):
             if isinstance(scipy_function, np.ufunc):
@@ -425,9 +427,7 @@ class SpecialFunctions:
         return unsupported
 
 
-special = SpecialFunctions({name: getattr(special, name) for name in (
-    "digamma entr erf erfc erfinv expit gammaln log_expit log_ndtr logit ndtr softplus xlog1py xlogy").split()}
-    | {"psi": special.digamma})
+special = SpecialFunctions()
 
 
 # ---------------------------------------------------------------------------------------------

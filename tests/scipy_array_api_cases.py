@@ -27,6 +27,7 @@ CASES = {
     "expit": lambda s, x: sp.expit(s),
     "xlogy": lambda s, x: sp.xlogy(x * x, sp.expit(s)),
     "entr": lambda s, x: sp.entr(sp.expit(s)),
+    "softplus, sinc": lambda s, x: sp.softplus(s) * sp.sinc(s),
 }
 SIGN = lambda s, x: sp.logsumexp(s, axis=1, b=x, return_sign=True)[1]   # no gradient: values only
 
