@@ -10,12 +10,12 @@ import sys
 from .errors import UnsupportedError, user_location
 
 
-def outermost_frame(matches):
-    """The outermost frame on the stack for which ``matches(frame)`` holds, if any."""
-    frame, found = inspect.currentframe(), None
+def frames_where(matches) -> list:
+    """The frames on the stack for which ``matches(frame)`` holds, innermost first."""
+    frame, found = inspect.currentframe(), []
     while frame is not None:
         if matches(frame):
-            found = frame
+            found.append(frame)
         frame = frame.f_back
     return found
 
@@ -25,12 +25,15 @@ def in_module(prefix: str):
 
 
 def scipy_caller():
-    """The public module and name of the outermost SciPy function on the stack, and the frame
-    that called it, if any."""
-    frame = outermost_frame(in_module("scipy."))
-    if frame is None:
+    """The public module and name of the outermost public SciPy function on the stack (inside the
+    wrappers SciPy's decorators and dispatchers put around it), and the frame that called SciPy,
+    if any."""
+    frames = frames_where(in_module("scipy."))
+    if not frames:
         return None
-    return frame.f_globals["__name__"].split("._")[0], frame.f_code.co_name, frame.f_back
+    named = [(f.f_globals["__name__"].split("._")[0], f.f_code.co_name) for f in reversed(frames)]
+    public = [(module, name) for module, name in named if hasattr(sys.modules.get(module), name)]
+    return (public or named)[0] + (frames[-1].f_back,)
 
 
 # Where the traceable twins of a SciPy module's functions live, by the module's public path
@@ -81,5 +84,5 @@ def as_strided_caller():
     """The frame that called NumPy's ``as_strided`` (which converts its argument to an array), if
     it is on the call stack."""
     in_numpy = in_module("numpy.")
-    frame = outermost_frame(lambda f: f.f_code.co_name == "as_strided" and in_numpy(f))
-    return None if frame is None else frame.f_back
+    frames = frames_where(lambda f: f.f_code.co_name == "as_strided" and in_numpy(f))
+    return frames[-1].f_back if frames else None

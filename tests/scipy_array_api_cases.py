@@ -65,4 +65,14 @@ for n in (5, 9):
     x_n = rng.normal(size=(n, 4))
     np.testing.assert_allclose(step(w, x_n)[0], np.sum(sp.log_softmax(x_n * w, axis=1) * x_n) + n, rtol=1e-13)
 assert step.cache_info().misses == 1, step.cache_info()
+# A SciPy function that still converts its argument is named by its public path, not by the
+# wrapper SciPy's array-API dispatch puts around it.
+import scipy.ndimage  # noqa: E402
+
+try:
+    mj.trace(lambda x: scipy.ndimage.gaussian_filter(x, 1.0), x)
+except mj.UnsupportedError as error:
+    assert str(error).startswith("scipy.ndimage.gaussian_filter does not trace"), error
+else:
+    raise AssertionError("scipy.ndimage.gaussian_filter traced")
 print("ok")
