@@ -1,7 +1,7 @@
 """The array-API namespace of traced arrays: what ``x.__array_namespace__()`` returns.
 
 Libraries written against the Python array API standard (SciPy with ``SCIPY_ARRAY_API=1``,
-``array_api_extra``, scikit-learn's array-API mode) ask an array for its namespace and call
+``array_api_extra``) ask an array for its namespace and call
 ``xp.exp``, ``xp.sum(x, axis=..., keepdims=True)``, ``xp.where`` ... on it. This module is that
 namespace for tracers: the standard's names and signatures over morphjit's array functions,
 reached through NumPy's dispatch (``np.exp(x)`` on a tracer records the op; on NumPy arrays it
@@ -112,7 +112,8 @@ empty, empty_like = zeros, zeros_like   # the standard leaves the values unspeci
 
 def arange(start, /, stop=None, step=1, *, dtype=None, device=None):
     _check_device(device)
-    return _lifted(np.arange(start, stop, step, dtype=dtype) if stop is not None else np.arange(start, dtype=dtype))
+    bounds = (start, stop) if stop is not None else (0, start)
+    return _lifted(np.arange(*bounds, step, dtype=dtype))
 
 
 def eye(n_rows, n_cols=None, /, *, k=0, dtype=None, device=None):
@@ -250,7 +251,7 @@ cumulative_sum.__name__, cumulative_prod.__name__ = "cumulative_sum", "cumulativ
 
 def reshape(x, /, shape, *, copy=None):
     out = np.reshape(x, shape)
-    return _copy(out) if copy and out is x else out
+    return _copy(out) if copy else out
 
 
 def permute_dims(x, /, axes):

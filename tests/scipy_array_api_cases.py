@@ -53,6 +53,13 @@ for name in expected:
     np.testing.assert_allclose(values[name], expected[name], rtol=1e-13, atol=1e-15, err_msg=name)
     assert np.shape(values[name]) == np.shape(expected[name]), name
 
+# float32 stays float32 and integers become float64, as SciPy computes them on NumPy arrays.
+for data in (x.astype(np.float32), np.arange(12).reshape(3, 4)):
+    lse = lambda d: (sp.logsumexp(d, axis=1, b=d * d), sp.softmax(d, axis=0), sp.log_softmax(d))
+    for got, want in zip(mj.compile(lse, backend="interp")(data), lse(data)):
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
 for backend in ("numba", "interp"):
     value, grad = mj.compile_loss(loss, backend=backend)(w, x)
     np.testing.assert_allclose(value, loss(w, x), rtol=1e-13, err_msg=backend)

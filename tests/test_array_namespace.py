@@ -47,13 +47,14 @@ def test_the_namespace_has_the_standards_signatures():
         assert n.result_type(x, 1.0) == np.float32 and n.result_type(x, y) == np.float64
         return (n.cumulative_sum(x, axis=1, include_initial=True), n.vecdot(x, y), n.permute_dims(x, (1, 0)),
                 n.concat([x, x], axis=0), n.clip(x, max=0.5), n.pow(n.abs(x), 2.0), n.acos(x * 0.5),
-                n.var(x, axis=0, correction=1), n.asarray(np.arange(3.0)) + x[0, :3], x.mT, n.squeeze(x[:1], 0))
+                n.var(x, axis=0, correction=1), n.asarray(np.arange(3.0)) + x[0, :3], x.mT, n.squeeze(x[:1], 0),
+                n.arange(4, step=2) + x[0, :2])
 
     x = np.linspace(-1.0, 1.0, 12, dtype=np.float32).reshape(3, 4)
     y = np.arange(12.0).reshape(3, 4)
     expected = (np.concatenate([np.zeros((3, 1), np.float32), np.cumsum(x, axis=1)], axis=1), np.sum(x * y, axis=-1),
                 x.T, np.concatenate([x, x]), np.minimum(x, 0.5), np.abs(x) ** 2, np.arccos(x * 0.5),
-                np.var(x, axis=0, ddof=1), np.arange(3.0) + x[0, :3], x.T, x[0])
+                np.var(x, axis=0, ddof=1), np.arange(3.0) + x[0, :3], x.T, x[0], np.arange(0, 4, 2) + x[0, :2])
     for got, want in zip(mj.compile(f, backend="interp")(x, y), expected):
         assert got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-6)
