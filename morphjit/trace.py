@@ -205,10 +205,10 @@ class Tracer:
     mT = property(lambda self: A.swap_last(self))
 
     def __array_namespace__(self, *, api_version=None):
-        if api_version not in namespace.API_VERSIONS:
-            raise ValueError(f"morphjit's array namespace implements the array API {namespace.__array_api_version__}, "
-                             f"not {api_version}")
-        return namespace
+        if api_version not in array_namespace.API_VERSIONS:
+            raise ValueError(f"morphjit's array namespace implements the array API "
+                             f"{array_namespace.__array_api_version__}, not {api_version}")
+        return array_namespace
 
     def to_device(self, device, /, *, stream=None):
         if device != self.device:
@@ -401,7 +401,7 @@ def use_array_functions(namespace) -> None:
 
 
 getitem = None  # NumPy indexing, ``x[key]``, installed by ``morphjit.numpy_index``
-namespace = None  # ``x.__array_namespace__()`` and ``updated(x, key, v)``: ``morphjit.array_namespace``
+array_namespace = None  # ``x.__array_namespace__()`` and ``updated(x, key, v)``: ``morphjit.array_namespace``
 updated = None
 
 
@@ -413,5 +413,5 @@ def use_indexing(function) -> None:
 
 def use_array_namespace(module, update) -> None:
     """Called by ``morphjit.array_namespace`` as it loads (it is built on the array layer)."""
-    global namespace, updated
-    namespace, updated = module, update
+    global array_namespace, updated
+    array_namespace, updated = module, update

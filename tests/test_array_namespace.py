@@ -91,3 +91,12 @@ def test_array_api_extra_at_with_copy_false_and_plain_item_assignment_are_refuse
     assert error.value.loc.filename == __file__   # the user's line, not SciPy's that raised it
     with pytest.raises(mj.UnsupportedError, match=r"item assignment .* mj\.at"):
         mj.trace(lambda x: x.__setitem__(0, 1.0), np.ones(3))
+
+
+def test_an_array_api_version_the_namespace_does_not_implement_is_refused():
+    def f(x):
+        assert x.__array_namespace__(api_version="2023.12") is xp
+        return x.__array_namespace__(api_version="2099.12")
+
+    with pytest.raises(ValueError, match="implements the array API 2023.12, not 2099.12"):
+        mj.trace(f, np.ones(3))
