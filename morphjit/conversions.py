@@ -31,9 +31,24 @@ def scipy_caller():
     frames = frames_where(in_module("scipy."))
     if not frames:
         return None
-    named = [(f.f_globals["__name__"].split("._")[0], f.f_code.co_name) for f in reversed(frames)]
+    named = [public_name(f) for f in reversed(frames)]
     public = [(module, name) for module, name in named if hasattr(sys.modules.get(module), name)]
     return (public or named)[0] + (frames[-1].f_back,)
+
+
+def public_name(frame) -> tuple[str, str]:
+    """The public module and name of the SciPy function running in ``frame``; for the wrapper of a
+    ``scipy._lib`` decorator, of the public function in its closure."""
+    module, name = frame.f_globals["__name__"], frame.f_code.co_name
+    if module.startswith("scipy._lib"):
+        wrapped = [f for f in frame.f_locals.values() if callable(f) and is_public_scipy(f)]
+        module, name = (wrapped[0].__module__, wrapped[0].__name__) if wrapped else (module, name)
+    return module.split("._")[0], name
+
+
+def is_public_scipy(function) -> bool:
+    module = getattr(function, "__module__", None) or ""
+    return module.startswith("scipy.") and not module.startswith("scipy._lib")
 
 
 # Where the traceable twins of a SciPy module's functions live, by the module's public path

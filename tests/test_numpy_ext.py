@@ -362,6 +362,20 @@ def test_a_scipy_function_without_a_traceable_twin_gets_no_hint():
     assert "mj." not in str(error.value).splitlines()[0]
 
 
+def test_a_decorated_scipy_function_is_named_by_its_public_name():
+    """SciPy 1.17 wraps scipy.linalg.cholesky in a decorator of scipy._lib: the error names the
+    function the user called, its traceable twin and the user's line, not the wrapper."""
+    import scipy.linalg
+
+    def loss(a):
+        return np.sum(scipy.linalg.cholesky(a @ a.T + np.eye(2)))  # <- here
+
+    with pytest.raises(mj.UnsupportedError, match=r"scipy\.linalg\.cholesky does not trace.*mj\.linalg\.cholesky") \
+            as error:
+        mj.trace(loss, np.eye(2))
+    assert "# <- here" in str(error.value)
+
+
 @pytest.mark.parametrize("backend", ["numba", "interp"])
 def test_max_and_min_of_integer_arrays(backend):
     """Rows made of the dtype's extremes too, where the start value shows; each result is the
