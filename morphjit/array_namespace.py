@@ -446,5 +446,5 @@ def updated(x, key, value):
 
 
 # SciPy functions that trace through this namespace when SCIPY_ARRAY_API=1 (tests/test_array_namespace.py).
-conversions.SCIPY_ARRAY_API_FUNCTIONS.update({"scipy.special.logsumexp", "scipy.special.softmax", "scipy.special.log_softmax"})
+conversions.SCIPY_ARRAY_API_FUNCTIONS.update(f"scipy.special.{name}" for name in ("logsumexp", "softmax", "log_softmax"))
 trace.use_array_namespace(sys.modules[__name__], updated)
