@@ -617,6 +617,7 @@ def unsupported_error(func) -> UnsupportedError:
 # What modules adding op families (numpy_ext, special) build their functions with.
 bind = _apply
 promote = _promote
+prototype = _prototype
 as_value = _value
 as_array = _as_array
 trace_of = _trace_of

@@ -2,6 +2,7 @@
 they point at. A leaf module: every other module may import it."""
 from __future__ import annotations
 
+import importlib.util
 import linecache
 import os
 import sys
@@ -9,9 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# Frames in these directories are not the user's code (NumPy dispatches to our tracers).
-_SKIPPED_DIRS = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                      for m in (sys.modules[__package__], np))
+# Frames in these directories are not the user's code (NumPy dispatches to our tracers, SciPy's
+# array-API functions call morphjit's array namespace), found without importing SciPy.
+_SKIPPED_DIRS = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
+                      for path in (sys.modules[__package__].__file__, np.__file__,
+                                   importlib.util.find_spec("scipy").origin))
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,11 +20,12 @@ from collections import namedtuple
 import numpy as np
 
 from . import array_api as A
+from .conversions import TWIN_NAMESPACES
 from .errors import ShapeError, UnsupportedError, user_location
 from .ir import is_float
 from .linalg_ops import apply
 from .numpy_index import getitem
-from .trace import TWIN_NAMESPACES, Tracer
+from .trace import Tracer
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")

@@ -15,11 +15,11 @@ import scipy.signal
 
 from . import array_api as A
 from .conv import padded
+from .conversions import TWIN_NAMESPACES
 from .einsum import einsum
 from .errors import ShapeError, UnsupportedError, user_location
 from .numpy_index import getitem
 from .stride_tricks import window, windows
-from .trace import TWIN_NAMESPACES
 
 DIRECT_LIMIT = 64   # kernels of at most this many elements are contracted inside one loop nest
 

@@ -21,10 +21,10 @@ import scipy.special as sp
 import scipy.stats as ss
 
 from . import array_api as A
+from .conversions import MODULE_HINTS
 from .errors import UnsupportedError, user_location
 from .linalg import cholesky, solve_triangular
 from .substitutes import ANY_TRACE
-from .trace import MODULE_HINTS
 
 LOG_2PI = math.log(2 * math.pi)
 EVERYWHERE = (-np.inf, np.inf)
@@ -228,7 +228,7 @@ for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf))):
     _substitute(type(ss.multivariate_normal), _name, _twin, lambda dist: True)
 
 MODULE_HINTS["scipy.stats"] = (
-    f"; on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
+    f"on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
     f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.cdf))}), logpmf "
     f"and pmf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf and pdf: write other functions "
     f"with NumPy's")

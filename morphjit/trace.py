@@ -9,6 +9,7 @@ import threading
 import numpy as np
 
 from . import pytree
+from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error, updates_through_at
 from .errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
 from .ir import BATCH_SIZE, DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
 from .ops import ELEMENTWISE, OPS
@@ -113,7 +114,14 @@ class Tracer:
         return self.shape[0]
 
     def __iter__(self):
-        return (self[i] for i in range(len(self)))
+        if not self.shape:
+            raise TypeError("iteration over a 0-d traced array")
+        return self._rows()
+
+    def _rows(self):
+        # A generator: ``iter(x)`` (np.iterable asks) does not need a batch-dependent length.
+        for i in range(len(self)):
+            yield self[i]
 
     # Python asks for concrete values here; a tracer has none.
     def __bool__(self):
@@ -185,10 +193,28 @@ class Tracer:
     __getitem__ = lambda self, key: getitem(self, key)
 
     def __setitem__(self, key, value):
-        raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
-                               "array cannot be changed in place): write x = mj.at(x)[...].set(v) (or "
-                               ".add(v) for np.add.at), or x = np.where(mask, v, x) for x[mask] = v",
-                               user_location())
+        if not updates_through_at(inspect.currentframe().f_back):
+            raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
+                                   "array cannot be changed in place): write x = mj.at(x)[...].set(v) (or "
+                                   ".add(v) for np.add.at), or x = np.where(mask, v, x) for x[mask] = v",
+                                   user_location())
+        new = updated(self, key, value)
+        self.operand, self.weak = new.operand, new.weak
+
+    # The array API standard (SciPy with SCIPY_ARRAY_API=1): see morphjit.array_namespace.
+    device = property(lambda self: "cpu")
+    mT = property(lambda self: A.swap_last(self))
+
+    def __array_namespace__(self, *, api_version=None):
+        if api_version not in array_namespace.API_VERSIONS:
+            raise ValueError(f"morphjit's array namespace implements the array API "
+                             f"{array_namespace.__array_api_version__}, not {api_version}")
+        return array_namespace
+
+    def to_device(self, device, /, *, stream=None):
+        if device != self.device:
+            raise ValueError(f"device {device!r}: traced arrays live on {self.device!r}")
+        return self
 
     def reshape(self, *shape, order="C"):
         return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
@@ -218,68 +244,6 @@ class Tracer:
     cumsum = lambda self, *args, **kwargs: np.cumsum(self, *args, **kwargs)
     cumprod = lambda self, *args, **kwargs: np.cumprod(self, *args, **kwargs)
     round = lambda self, decimals=0: np.round(self, decimals)
-
-
-def outermost_frame(matches):
-    """The outermost frame on the stack for which ``matches(frame)`` holds, if any."""
-    frame, found = inspect.currentframe(), None
-    while frame is not None:
-        if matches(frame):
-            found = frame
-        frame = frame.f_back
-    return found
-
-
-def in_module(prefix: str):
-    return lambda frame: frame.f_globals.get("__name__", "").startswith(prefix)
-
-
-def scipy_caller():
-    """The public module and name of the outermost SciPy function on the stack, and the frame
-    that called it, if any."""
-    frame = outermost_frame(in_module("scipy."))
-    if frame is None:
-        return None
-    module, name = frame.f_globals["__name__"], frame.f_code.co_name
-    owner = frame.f_locals.get("self")
-    owner = getattr(owner, "dist", owner)   # a frozen distribution's
-    if isinstance(getattr(owner, "name", None), str):
-        name = f"{owner.name}.{name}"   # a method of a named object: scipy.stats.norm.logpdf
-    if module.startswith("scipy._lib"):  # a SciPy decorator's wrapper: the public function is in its closure
-        wrapped = [f for f in frame.f_locals.values() if callable(f) and _is_public_scipy(f)]
-        module, name = (wrapped[0].__module__, wrapped[0].__name__) if wrapped else (module, name)
-    return module.split("._")[0], name, frame.f_back
-
-
-def _is_public_scipy(function) -> bool:
-    module = getattr(function, "__module__", None) or ""
-    return module.startswith("scipy.") and not module.startswith("scipy._lib")
-
-
-# Where the traceable twins of a SciPy module's functions live, by the module's public path
-# (``mj.linalg`` and ``mj.signal`` register themselves for ``scipy.linalg`` and ``scipy.signal``);
-# the others' are in ``mj``.
-TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
-# What else to do, by module, where a function has no twin (``morphjit.stats`` for scipy.stats).
-MODULE_HINTS: dict[str, str] = {}
-
-
-def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
-    """``module.name``, called from the frame ``caller``, converts its arguments with
-    ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
-    prefix, namespace = TWIN_NAMESPACES.get(module, ("mj", A))
-    hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else \
-        MODULE_HINTS.get(module, "")
-    return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
-                            f"a traced array cannot become{hint}", user_location(caller))
-
-
-def as_strided_caller():
-    """The frame that called NumPy's ``as_strided`` (which converts its argument to an array), if
-    it is on the call stack."""
-    in_numpy = in_module("numpy.")
-    frame = outermost_frame(lambda f: f.f_code.co_name == "as_strided" and in_numpy(f))
-    return None if frame is None else frame.f_back
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
@@ -413,9 +377,17 @@ def use_array_functions(namespace) -> None:
 
 
 getitem = None  # NumPy indexing, ``x[key]``, installed by ``morphjit.numpy_index``
+array_namespace = None  # ``x.__array_namespace__()`` and ``updated(x, key, v)``: ``morphjit.array_namespace``
+updated = None
 
 
 def use_indexing(function) -> None:
     """Called by ``morphjit.numpy_index`` as it loads (it is built on the array layer)."""
     global getitem
     getitem = function
+
+
+def use_array_namespace(module, update) -> None:
+    """Called by ``morphjit.array_namespace`` as it loads (it is built on the array layer)."""
+    global array_namespace, updated
+    array_namespace, updated = module, update
