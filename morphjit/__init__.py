@@ -31,6 +31,7 @@ from .numpy_shape import (
 )
 from .custom import custom_vjp, stop_gradient
 from . import array_namespace
+from . import scipy_namespace
 from .conv import avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d
 from .stride_tricks import as_strided, sliding_window_view
 from .cache import cache_info, clear_cache, prune_cache

@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from . import array_api as A
-from . import conversions, numpy_index, numpy_shape, trace
+from . import numpy_index, numpy_shape, trace
 from . import special as scipy_special  # noqa: F401 (registers scipy.special's functions into the dispatch)
 from .errors import UnsupportedError, user_location
 from .trace import SUPPORTED_DTYPES, Tracer
@@ -445,6 +445,4 @@ def updated(x, key, value):
     return numpy_index.at(x)[key].set(value)
 
 
-# SciPy functions that trace through this namespace when SCIPY_ARRAY_API=1 (tests/test_array_namespace.py).
-conversions.SCIPY_ARRAY_API_FUNCTIONS.update(f"scipy.special.{name}" for name in ("logsumexp", "softmax", "log_softmax"))
 trace.use_array_namespace(sys.modules[__name__], updated)

@@ -66,34 +66,17 @@ def is_public_scipy(function) -> bool:
 # (``mj.linalg`` and ``mj.signal`` register themselves for ``scipy.linalg`` and ``scipy.signal``);
 # the others' are in ``mj`` (the package).
 TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
-
-
-# SciPy functions (by public path) that trace through ``x.__array_namespace__()`` when SciPy runs
-# with SCIPY_ARRAY_API=1 (registered by ``morphjit.array_namespace``).
-SCIPY_ARRAY_API_FUNCTIONS: set[str] = set()
-
-# What else to do, by module, where a function has neither (``morphjit.stats`` for scipy.stats).
+# What else to do, by module, where a function has no twin (``morphjit.stats`` for scipy.stats).
 MODULE_HINTS: dict[str, str] = {}
 
 
 def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
     """``module.name``, called from the frame ``caller``, converts its arguments with
-    ``np.asarray``: the ``mj`` function to call instead, or SciPy's array-API mode where it runs the
-    function on the traced array, at the line that called it."""
+    ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
     prefix, twins = TWIN_NAMESPACES.get(module, ("mj", sys.modules[__package__]))
-    ways = [f"call {prefix}.{name} instead, which traces"] if hasattr(twins, name) else []
-    if f"{module}.{name}" in SCIPY_ARRAY_API_FUNCTIONS and not scipy_array_api_enabled():
-        ways.append(f"set the environment variable SCIPY_ARRAY_API=1 before SciPy is imported (SciPy then runs "
-                    f"{module}.{name} on the traced array through its array namespace)")
-    ways = ways or ([MODULE_HINTS[module]] if module in MODULE_HINTS else [])
-    hint = "; " + ", or ".join(ways) if ways else ""
+    hint = f"call {prefix}.{name} instead, which traces" if has_path(twins, name) else MODULE_HINTS.get(module)
     return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
-                            f"a traced array cannot become{hint}", user_location(caller))
-
-
-def scipy_array_api_enabled() -> bool:
-    """Whether the SciPy imported runs in its array-API mode (read when SciPy was imported)."""
-    return bool(getattr(sys.modules.get("scipy._lib._array_api"), "SCIPY_ARRAY_API", False))
+                            f"a traced array cannot become{'; ' + hint if hint else ''}", user_location(caller))
 
 
 def updates_through_at(frame) -> bool:

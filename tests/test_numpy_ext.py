@@ -331,12 +331,6 @@ def test_new_views_fuse_like_the_existing_ones(view, plain):
         _counts(lambda x, y: np.sum(np.sin(plain(x, y))), x, y)
 
 
-@pytest.mark.parametrize("name", ["logsumexp", "softmax", "log_softmax"])
-def test_scipy_functions_that_convert_with_asarray_point_to_mj(name):
-    with pytest.raises(mj.UnsupportedError, match=rf"scipy\.special\.{name} does not trace.*mj\.{name}"):
-        mj.trace(lambda x: getattr(sp, name)(x), np.ones(3))
-
-
 def test_new_functions_compile_once_for_every_batch_size():
     def loss(w, x, y):
         s = np.einsum("bi,ij->bj", x, w)
