@@ -7,7 +7,8 @@ Run: python -m perf.vecmath_figures [--only curve,rbf] [--peers jax,torch.compil
 
 The cases take turns call by call and each keeps its fastest call: on a shared machine the
 minimum is the call least disturbed by other work, and taking turns exposes every case to the
-same disturbances. Figures in perf/VECMATH.md.
+same disturbances; the order rotates every round, since a call right after a peer's (whose
+threads keep the other core busy for a while) can run slower. Figures in perf/VECMATH.md.
 """
 from __future__ import annotations
 
@@ -39,9 +40,11 @@ def morphjit_step(wl, params, data, vector: bool, rewrites: bool = True):
 
 def fastest_calls(cases: dict, seconds: float) -> dict:
     best = {k: float("inf") for k in cases}
+    order = list(cases.items())
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        for k, call in cases.items():
+        order = order[1:] + order[:1]   # each case follows each other one in turn
+        for k, call in order:
             start = time.perf_counter()
             call()
             best[k] = min(best[k], time.perf_counter() - start)
