@@ -30,12 +30,13 @@ MIN_DEPTH = 8   # the shortest contracted axis rewritten: below it the loop nest
 def as_gemms(program: Program) -> Program:
     """``program`` with its pairwise squared distances computed through GEMMs (`MIN_DEPTH` and
     longer); ``program`` itself when it has none."""
-    producer = {id(b.out): b for b in program.bindings}
+    producer: dict[int, Binding] = {}   # of the bindings as rewritten so far
     t = Trace()
     t.consts = list(program.consts)
     rename: dict[int, Var] = {}
     for b in program.bindings:
         b = substitute(b, rename)
+        producer[id(b.out)] = b
         points = pairwise_operands(b, producer)
         if points is None:
             t.bindings.append(b)
@@ -54,12 +55,13 @@ def squared_distances(a: Tracer, b: Tracer) -> Tracer:
     return A.maximum(norms_a + norms_b - 2 * A.matmul(a, A.transpose(b)), 0)
 
 
-def pairwise_operands(b: Binding, producer: dict) -> tuple[Var, Var] | None:
-    """``(a, b)`` when ``b`` is ``sum((a[:, None, :] - b[None, :, :]) ** 2, axis=2)`` (either order
-    of the difference; ``b`` may broadcast implicitly), of float dtype, ``MIN_DEPTH`` deep or more."""
-    if b.op != "sum" or b.kwargs["axes"] != (2,) or not is_float(b.out.dtype):
+def pairwise_operands(total: Binding, producer: dict) -> tuple[Var, Var] | None:
+    """``(a, b)`` when ``total`` is ``sum((a[:, None, :] - b[None, :, :]) ** 2, axis=2)`` (either
+    order of the difference; ``b`` may broadcast implicitly), of float dtype, ``MIN_DEPTH`` deep or
+    more."""
+    if total.op != "sum" or total.kwargs["axes"] != (2,) or not is_float(total.out.dtype):
         return None
-    diff = squared_operand(producer.get(id(b.inputs[0])))
+    diff = squared_operand(producer.get(id(total.inputs[0])))
     sub = producer.get(id(diff)) if diff is not None else None
     if sub is None or sub.op != "sub" or not all(isinstance(x, Var) for x in sub.inputs):
         return None
@@ -68,8 +70,8 @@ def pairwise_operands(b: Binding, producer: dict) -> tuple[Var, Var] | None:
         return None
     for rows, cols in (sub.inputs, sub.inputs[::-1]):
         a, c = unexpanded(rows, 1, producer), unexpanded(cols, 0, producer)
-        if (a is not None and c is not None and (a.shape[0], c.shape[0]) == b.out.shape
-                and a.shape[1] == c.shape[1] == depth and a.dtype == c.dtype == b.out.dtype):
+        if (a is not None and c is not None and (a.shape[0], c.shape[0]) == total.out.shape
+                and a.shape[1] == c.shape[1] == depth and a.dtype == c.dtype == total.out.dtype):
             return a, c
     return None
 

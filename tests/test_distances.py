@@ -95,3 +95,19 @@ def test_nan_in_a_point_is_nan_in_its_distances():
     d2 = mj.compile(lambda a, b: np.sum((a[:, None, :] - b[None, :, :]) ** 2, axis=-1), cache=False)(x, c)
     assert np.isnan(d2[1]).all() and not np.isnan(d2[[0, 2]]).any()
     np.testing.assert_allclose(d2[[0, 2]], D)
+
+
+def test_distances_between_rewritten_distances_read_the_rewritten_values():
+    def pairwise(a, b):
+        return np.sum((a[:, None, :] - b[None, :, :]) ** 2, axis=-1)
+
+    def nested(x, c):
+        d = pairwise(x, c)            # (7, 9): rows of D coordinates
+        return pairwise(d, d[:3])
+
+    rng = np.random.default_rng(2)
+    x, c = rng.normal(size=(7, D)), rng.normal(size=(D, D))
+    program = distances.as_gemms(mj.trace(nested, x, c))
+    assert str(program).count("matmul") == 2 and program.verify() is program
+    (result,) = mj.run(program, x, c)
+    np.testing.assert_allclose(result, nested(x, c), rtol=1e-10, atol=1e-9)   # d[:3] are rows of d: zeros, up to rounding
