@@ -293,13 +293,14 @@ def describe_groups(groups: list[FusionGroup], program: Program) -> str:
         for b in g.bindings:
             count[id(b)] = count.get(id(b), 0) + 1
     lines = ["Each instruction of the plan and the bindings it computes (values named as in the",
-             "lowered program below; * = recomputed in several instructions instead of stored).", ""]
+             "lowered program below; * = recomputed in several instructions instead of stored;",
+             "plan:<type> = a buffer the plan adds: an output's copy, the block of a short-row call).", ""]
     for g in groups:
         where = f" over {list(g.domain)}" if g.domain else ""
         if g.kind == "check":
             lines.append(f"#{g.index} range check")
             continue
-        writes = ", ".join(names.use(v) if id(v) in names.names else f"copy:{v.type}" for v in g.outputs)
+        writes = ", ".join(names.use(v) if id(v) in names.names else f"plan:{v.type}" for v in g.outputs)
         lines.append(f"#{g.index} {g.kind}{where} -> {writes}"
                      + (f"  ({len(g.bindings)} bindings fused)" if len(g.bindings) > 1 else ""))
         for b in g.bindings:

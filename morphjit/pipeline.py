@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, config, feedback, passes, pytree
+from . import codegen, config, distances, feedback, passes, pytree
 from .errors import DtypeError, ShapeError, SourceLoc, TracingError
 from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
@@ -92,12 +92,13 @@ def trace_stage(build: Build) -> None:
 
 def trace_outputs_stage(build: Build) -> None:
     build.forward, build.out_tree = trace_outputs(build.fn, build.args, build.batched)
-    build.program = build.forward
+    build.program = distances.as_gemms(build.forward)
 
 
 def vjp_stage(build: Build) -> None:
-    """The joint program: the loss, its gradients, then the aux values (computed on the way)."""
-    forward = build.forward
+    """The joint program: the loss, its gradients, then the aux values (computed on the way).
+    Pairwise distances become GEMMs first, so that their gradients are GEMMs too."""
+    forward = distances.as_gemms(build.forward)
     joint = vjp(forward.replace(outputs=forward.outputs[:1]), build.spec.wrt)
     build.program = joint.replace(outputs=joint.outputs + forward.outputs[1:])
 

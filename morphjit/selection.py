@@ -3,7 +3,8 @@
 Selection follows the fusion decisions: every materialised value becomes one instruction (a GEMM,
 a loop nest, a reshape alias, or the loop nests of a structural op) whose loop body is the composed
 scalar expression of the values inlined into it, each reading its buffer through a resolved index
-map. The rewrites of ``REWRITES`` then save passes over memory: an element-wise finish of a
+map. The rewrites of ``REWRITES`` then save passes over memory (after the first, which spends one
+to run vectorisable calls over short rows as one loop over the block): an element-wise finish of a
 reduction (the ``/ n`` of a mean) runs on its accumulator, adjacent loop nests over the same domain
 merge into one nest with several outputs (an activation and the column sums of its gradient, a
 maximum and a picked logit), a store only its own nest reads becomes a value of the body, and
@@ -17,10 +18,11 @@ from typing import Callable
 from . import config
 from .fusion import Fusion, blas_transpose_source
 from .indexing import IndexMap, broadcast_map
-from .ir import Lit, Namer, Program, Var
+from .ir import Lit, Namer, Program, TensorType, Var
 from .loopir import (Accumulate, Alias, Apply, Const, Gemm, Lapack, Load, Nest, RowNest, Store,
                      describe_instructions, loads, loop, replace_loads, same_row)
 from .ops import ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, VIEW
+from .vecmath import FUNCTIONS as VECTOR_MATH
 
 
 class Selector:
@@ -100,6 +102,50 @@ def elementwise_store(ins) -> Store | None:
         return None
     store = ins.stores[0]
     return store if store.out_map.is_identity() and ins.domain == store.out.shape else None
+
+
+SHORT_ROW = 16   # innermost extents below this leave the vector units of a vectorised row idle
+
+
+def flatten_short_rows(instructions: list, outputs: set[int]) -> list:
+    """Run a vectorisable call (``exp``, ``log``, ...) over short rows (a softmax over 10 classes)
+    as one loop over the whole block: its argument is stored first, row by row, and the call runs
+    over that block as a flat array, which LLVM vectorises where a 10-element row does not. The
+    call is the whole body of the nest's one output: a store, or a reduction of the calls."""
+    result = []
+    for ins in instructions:
+        if not isinstance(ins, Nest) or not short_rows(ins.domain) or len(ins.outs) != 1 or id(ins.outs[0]) in outputs:
+            result.append(ins)
+        elif (store := elementwise_store(ins)) is not None and unary_vector_call(store.expr):
+            result += flat_call(store.expr, store.out)
+        elif ins.accumulations and unary_vector_call((acc := ins.accumulations[0]).expr):
+            values = Var(TensorType(ins.domain, acc.expr.dtype))
+            reduced = Accumulate(acc.out, acc.op, acc.axes, Load(values, IndexMap.identity(len(ins.domain))), acc.finish)
+            result += flat_call(acc.expr, values) + [Nest(ins.domain, accumulations=(reduced,))]
+        else:
+            result.append(ins)
+    return result
+
+
+def short_rows(domain: tuple) -> bool:
+    return len(domain) >= 2 and isinstance(domain[-1], int) and domain[-1] < SHORT_ROW
+
+
+def unary_vector_call(expr) -> bool:
+    return isinstance(expr, Apply) and expr.op in VECTOR_MATH and len(expr.args) == 1
+
+
+def flat_call(call: Apply, out: Var) -> list:
+    """``out = call(argument)`` as: the argument stored (unless it is a whole buffer already, every
+    buffer being C-contiguous), viewed flat, the call over it, viewed as ``out``."""
+    (arg,) = call.args
+    whole = isinstance(arg, Load) and arg.imap.is_identity() and arg.var.shape == out.shape
+    argument = arg.var if whole else Var(out.type)
+    flat = TensorType((out.type.size,), out.dtype)
+    flat_argument, flat_out = Var(TensorType(flat.shape, argument.dtype)), Var(flat)
+    each = IndexMap.identity(1)
+    return ([] if whole else [loop(argument, arg)]) + [
+        Alias(flat_argument, argument), loop(flat_out, call.rebuild((Load(flat_argument, each),))), Alias(out, flat_out)]
 
 
 def fold_finishes(instructions: list, outputs: set[int]) -> list:
@@ -237,6 +283,7 @@ def reads_by_row(parts, later: Nest, p: int) -> bool:
 
 
 REWRITES: tuple[tuple[str, Callable[[list, set], list]], ...] = (
+    ("flatten_short_rows", flatten_short_rows),
     ("fold_finishes", fold_finishes),
     ("merge_nests", merge_nests),
     ("inline_private_stores", inline_private_stores),

@@ -1,11 +1,14 @@
 """morphjit with vectorised transcendental functions against its scalar fallback (the loops before
-issue 20), NumPy's hand-written step and any peers importable here, in one process.
+issue 20) and against the plans before issue 20's plan changes ("loops": pairwise distances as
+loop nests, softmax exponentials row by row), NumPy's hand-written step and any peers importable
+here, in one process.
 
 Run: python -m perf.vecmath_figures [--only curve,rbf] [--peers jax,torch.compile] [--seconds 3]
 
 The cases take turns call by call and each keeps its fastest call: on a shared machine the
 minimum is the call least disturbed by other work, and taking turns exposes every case to the
-same disturbances. Figures in perf/VECMATH.md.
+same disturbances; the order rotates every round, since a call right after a peer's (whose
+threads keep the other core busy for a while) can run slower. Figures in perf/VECMATH.md.
 """
 from __future__ import annotations
 
@@ -13,29 +16,35 @@ import argparse
 import time
 
 import morphjit as mj
-from morphjit import vecmath
+from morphjit import distances, selection, vecmath
 from perf import impls
 from perf.workloads import DTYPES, WORKLOADS
 
 DEFAULT = "curve,rbf,transcendental,tiny,small,logistic,attention,layernorm"
 
 
-def morphjit_step(wl, params, data, vector: bool):
-    """A step compiled with the vector forms on or off (off renders the loops' old NumPy calls)."""
-    saved, vecmath.ENABLED = vecmath.ENABLED, vector
+def morphjit_step(wl, params, data, vector: bool, rewrites: bool = True):
+    """A step compiled with the vector forms on or off (off renders the loops' old NumPy calls),
+    and with the distance and short-row rewrites on or off."""
+    saved = vecmath.ENABLED, distances.MIN_DEPTH, selection.SHORT_ROW
+    vecmath.ENABLED = vector
+    if not rewrites:
+        distances.MIN_DEPTH, selection.SHORT_ROW = float("inf"), 0
     try:
         step = mj.compile_loss(impls.named_loss(wl, mj), cache=False)
         step(params, *data)
     finally:
-        vecmath.ENABLED = saved
+        vecmath.ENABLED, distances.MIN_DEPTH, selection.SHORT_ROW = saved
     return lambda: step(params, *data)
 
 
 def fastest_calls(cases: dict, seconds: float) -> dict:
     best = {k: float("inf") for k in cases}
+    order = list(cases.items())
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline:
-        for k, call in cases.items():
+        order = order[1:] + order[:1]   # each case follows each other one in turn
+        for k, call in order:
             start = time.perf_counter()
             call()
             best[k] = min(best[k], time.perf_counter() - start)
@@ -54,6 +63,7 @@ def main(argv=None):
             params, data = wl.make(dtype)
             cases = {"vector": morphjit_step(wl, params, data, True),
                      "scalar": morphjit_step(wl, params, data, False),
+                     "loops": morphjit_step(wl, params, data, True, rewrites=False),
                      "numpy": lambda: wl.numpy_step(params, *data)}
             for peer in filter(None, opts.peers.split(",")):
                 cases[peer] = impls.IMPLEMENTATIONS[peer].build(wl, params, data).call

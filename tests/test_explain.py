@@ -173,7 +173,7 @@ def test_explain_compiles_an_uncalled_signature():
 
 def test_repr_summarises_the_compiled_function(mlp):
     loss, args, _ = mlp
-    assert repr(loss) == "<compiled loss 'loss': 1 signature, 10 instructions, cached on disk>"
+    assert repr(loss) == "<compiled loss 'loss': 1 signature, 14 instructions, cached on disk>"
     fresh = mj.compile_loss(loss.fn)
     assert repr(fresh) == "<compiled loss 'loss': not called yet>"
     off = mj.compile_loss(loss.fn, cache=False)

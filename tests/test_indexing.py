@@ -129,7 +129,8 @@ def test_repeated_indices_accumulate_against_finite_differences():
 
 
 def test_the_gather_is_read_inside_the_fused_loop_and_the_scatter_accumulates():
-    E, tokens = np.ones((7, 3)), np.array([1, 2])
+    # rows of 16: shorter ones run tanh as one loop over the block (selection.SHORT_ROW)
+    E, tokens = np.ones((7, 16)), np.array([1, 2])
     source = mj.compile_loss(lambda E, t: mj.sum(mj.tanh(E[t]) ** 2)).source(E, tokens)
     # the row's index is read (and a negative one wrapped) once per row, then the row is read
     # inside the loop that computes tanh and the sum; the gradient adds into its row. Loops

@@ -256,3 +256,28 @@ def test_calls_from_several_threads_agree_with_sequential_calls():
         assert value == ref_value
         for k in grads:
             np.testing.assert_array_equal(grads[k], ref_grads[k])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_short_rows_exponentiated_as_one_block_agree_with_numpy(dtype):
+    # 10 classes (under selection.SHORT_ROW): the exponentials of softmax and log_softmax run as
+    # one flat loop over the batch's block; the batch size stays symbolic.
+    def loss(w, x, y):
+        z = x @ w
+        return mj.sum(mj.softmax(z, axis=1) * y) + mj.mean(mj.log_softmax(z + 1.0, axis=1) * y)
+
+    rng = np.random.default_rng(3)
+    w = rng.normal(size=(5, 10)).astype(dtype)
+    step = mj.compile_loss(loss, cache=False)
+    for batch in (7, 33):
+        x, y = rng.normal(size=(batch, 5)).astype(dtype), rng.normal(size=(batch, 10)).astype(dtype)
+        value, grad = step(w, x, y)
+        z = x.astype(np.float64) @ w
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        expected = np.sum(p * y) + np.mean(np.log(p) * y)
+        gz = p * (y - np.sum(p * y, 1, keepdims=True)) + (y - p * y.sum(1, keepdims=True)) / y.size
+        rtol = 1e-5 if dtype == np.float32 else 1e-12
+        np.testing.assert_allclose(value, expected, rtol=rtol)
+        np.testing.assert_allclose(grad, x.T @ gz, rtol=rtol, atol=rtol * np.abs(x.T @ gz).max())
+    assert "nest over [10*B]" in str(step.steps()[0].plan)

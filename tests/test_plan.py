@@ -106,17 +106,38 @@ def test_broadcast_reads_compose_into_one_loop():
 
 
 SOFTMAX_PLAN = """\
-plan: 1 instructions (0 gemm, 0 loop, 1 reduce, 0 alias); 3 slots, workspace 144 B (naive 483 B)
+plan: 1 instructions (0 gemm, 0 loop, 1 reduce, 0 alias); 3 slots, workspace 432 B (naive 1635 B)
+in v0:f64[3,16] v1:f64[3,16]
+  rows over [3]
+    nest over [3, 16]
+      v2:f64[3] [s0] = max[i1] v0[i0, i1]
+    nest over [3, 16]
+      v3:f64[3,16] [s1] = exp(sub(v0[i0, i1], where(ne(abs(v2[i0]), inf), v2[i0], 0.0)))
+      v4:f64[3] [s2] = sum[i1] v3[i0, i1]
+    nest over [3, 16]
+      v5:f64[] = sum[i0,i1] mul(div(v3[i0, i1], v4[i0]), v1[i0, i1])
+out v5
+"""
+
+# Rows shorter than selection.SHORT_ROW: the exponentials run as one flat loop over the block.
+SHORT_SOFTMAX_PLAN = """\
+plan: 5 instructions (0 gemm, 1 loop, 2 reduce, 2 alias); 3 slots, workspace 216 B (naive 483 B)
 in v0:f64[3,4] v1:f64[3,4]
   rows over [3]
     nest over [3, 4]
       v2:f64[3] [s0] = max[i1] v0[i0, i1]
     nest over [3, 4]
-      v3:f64[3,4] [s1] = exp(sub(v0[i0, i1], where(ne(abs(v2[i0]), inf), v2[i0], 0.0)))
-      v4:f64[3] [s2] = sum[i1] v3[i0, i1]
+      v3:f64[3,4] [s1] = sub(v0[i0, i1], where(ne(abs(v2[i0]), inf), v2[i0], 0.0))
+  alias v4:f64[12] = reshape v3
+  nest over [12]
+    v5:f64[12] [s2] = exp(v4[i0])
+  alias v6:f64[3,4] = reshape v5
+  rows over [3]
     nest over [3, 4]
-      v5:f64[] = sum[i0,i1] mul(div(v3[i0, i1], v4[i0]), v1[i0, i1])
-out v5
+      v7:f64[3] [s1] = sum[i1] v6[i0, i1]
+    nest over [3, 4]
+      v8:f64[] = sum[i0,i1] mul(div(v6[i0, i1], v7[i0]), v1[i0, i1])
+out v8
 """
 
 
@@ -124,12 +145,35 @@ def test_softmax_is_one_pass_over_the_rows():
     def f(x, y):
         return mj.sum(mj.softmax(x, axis=1) * y)
 
-    plan = compile_plan(mj.trace(f, np.ones((3, 4)), np.ones((3, 4))))
+    plan = compile_plan(mj.trace(f, np.ones((3, 16)), np.ones((3, 16))))
     assert str(plan) == SOFTMAX_PLAN
 
 
-# Regression bounds on the fused plans of the issue's four models: (GEMMs, loop nests).
-PLAN_SHAPES = {"mlp2": (5, 4), "mlp3_tanh_mse": (8, 6), "layernorm": (2, 4), "attention": (15, 7)}
+def test_softmax_over_short_rows_exponentiates_the_block_in_one_loop():
+    def f(x, y):
+        return mj.sum(mj.softmax(x, axis=1) * y)
+
+    x, y = np.random.default_rng(0).normal(size=(2, 3, 4))
+    plan = compile_plan(mj.trace(f, x, y))
+    assert str(plan) == SHORT_SOFTMAX_PLAN
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(run_plan(plan, x, y)[0], np.sum(e / e.sum(axis=1, keepdims=True) * y), rtol=1e-14)
+
+
+def test_a_reduction_of_calls_over_short_rows_runs_the_calls_flat_over_the_input_itself():
+    def f(x, y):
+        return mj.sum(mj.log(mj.sum(mj.exp(x), axis=1)) * y[:, 0])
+
+    x, y = np.random.default_rng(1).normal(size=(2, 3, 4))
+    text = str(plan := compile_plan(mj.trace(f, x, y)))
+    assert "alias v2:f64[12] = reshape v0\n  nest over [12]\n    v3:f64[12] [s0] = exp(v2[i0])\n" in text
+    assert "sum[i1] v4[i0, i1]" in text                     # the row sums read the calls' block
+    np.testing.assert_allclose(run_plan(plan, x, y)[0], np.sum(np.log(np.exp(x).sum(1)) * y[:, 0]), rtol=1e-14)
+
+
+# Regression bounds on the fused plans of the issue's four models: (GEMMs, loop nests). A softmax
+# over short rows adds two nests: its exponentials over the block, and the row sums after them.
+PLAN_SHAPES = {"mlp2": (5, 6), "mlp3_tanh_mse": (8, 6), "layernorm": (2, 4), "attention": (15, 9)}
 
 
 @pytest.mark.parametrize("name", sorted(PLAN_SHAPES))
@@ -147,7 +191,9 @@ def test_two_layer_mlp_has_one_loop_per_layer_and_direction():
     fn, args = MODELS["mlp2"](np.float64)
     plan = compile_plan(mj.grad_program(fn, *args))
     counts = plan.counts()
-    assert counts["loop"] + counts["reduce"] <= 2 * 2  # two layers, forward and backward
+    # two layers, forward and backward, and the softmax's exponentials over its 10-wide rows
+    # (selection.SHORT_ROW) in a flat loop of their own, the row sums after it
+    assert counts["loop"] + counts["reduce"] <= 2 * 2 + 2
 
 
 def test_make_plan_wants_a_lowered_program():
@@ -174,7 +220,8 @@ def test_loop_ir_expressions_walk_and_rebuild_one_way():
 def test_the_rewrites_are_a_named_list_and_dump_like_the_passes(monkeypatch, capsys):
     from morphjit.selection import REWRITES
 
-    assert [name for name, _ in REWRITES] == ["fold_finishes", "merge_nests", "inline_private_stores", "fuse_rows"]
+    assert [name for name, _ in REWRITES] == ["flatten_short_rows", "fold_finishes", "merge_nests",
+                                              "inline_private_stores", "fuse_rows"]
     fn, args = MODELS["mlp2"](np.float64)
     joint = mj.grad_program(fn, *args)
     monkeypatch.setenv("MORPHJIT_DUMP", "merge_nests")
