@@ -22,6 +22,7 @@ from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest,
                      RowNest, ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
 from .ops import OPS
 from .plan import Plan
+from .runtime import OUT_OF_RANGE
 from .source import Source
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
@@ -185,9 +186,10 @@ class Writer:
             self.out.line(f"value = {element(self.names.name(ins.values), IndexMap.identity(len(idx)), idx)}")
             self.out.line(f"if value < {ins.low} or value >= {ins.extent}:")
             with self.out.indent():
-                position = ' + ", " + '.join(f"str({i})" for i in idx) or '""'
-                self.out.line(f'raise {ins.error}({ins.what + " must lie in ["!r} + str({ins.low}) + ", " + '
-                              f'str({ins.extent}) + "), got " + str(value) + " at position (" + {position} + ")")')
+                # The message is formatted in Python when the error is raised: str() of numbers in
+                # compiled code costs numba a second of typing in a fresh process.
+                error = OUT_OF_RANGE[ins.error].__name__
+                self.out.line(f"raise rt.{error}({ins.what!r}, {ins.low}, {ins.extent}, value, {', '.join(idx)})")
 
     def scatter(self, ins: ScatterAdd) -> None:
         body = Body(self.out, self.names, loop_vars(len(ins.domain)))
@@ -363,6 +365,8 @@ class StepWriter(Writer):
         out.line("import numpy as np")
         out.line("import numba")
         out.line("from morphjit import vecmath as vm")
+        if any(ins.kind == "check" for ins in self.plan.instructions):
+            out.line("from morphjit import runtime as rt")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
             # The kernels' digest makes the text, and so the disk-cache key, change with them.
             out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
