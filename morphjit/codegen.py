@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from . import kernels
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Constants, Namer, Var, literal
 from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck,
@@ -117,18 +117,19 @@ def loops(out: Source, domain, names: list[str]):
         yield
 
 
-def run_time_extents(exprs, domain, names: Namer) -> list:
+def run_time_extents(exprs, domain, spell) -> list:
     """``domain`` with the extent of each loop that walks along a gathered (or scattered) row
     spelled as that array's run-time extent. With a constant trip count LLVM unrolls such a loop
     into scalar code, since it cannot prove that the row does not overlap what the loop writes;
-    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding)."""
+    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding).
+    ``spell(var, axis)`` is the source of that extent."""
     extents = list(domain)
     for g in [g for e in exprs for g in gathers(e)]:
         for axis, (pick, offset, row) in enumerate(zip(g.picks, g.imap.offsets, g.imap.coeffs)):
             steps = [j for j, c in enumerate(row) if c]
             if pick is None and offset == 0 and len(steps) == 1 and row[steps[0]] == 1 \
                     and isinstance(domain[steps[0]], int) and g.var.shape[axis] == domain[steps[0]]:
-                extents[steps[0]] = f"{names.name(g.var)}.shape[{axis}]"
+                extents[steps[0]] = spell(g.var, axis)
     return extents
 
 
@@ -163,6 +164,9 @@ def hoist(body: Body, e, opened: frozenset) -> None:
 
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
+# The step is a sequence of calls (kernels, BLAS, LAPACK): LLVM has nothing to gain optimising it,
+# and would spend most of its compile time doing so. The functions it calls are optimised.
+STEP_DECORATOR = DECORATOR[:-1] + ", _dbg_optnone=True)"
 
 
 @functools.cache
@@ -194,10 +198,16 @@ class Writer:
     def scatter(self, ins: ScatterAdd) -> None:
         body = Body(self.out, self.names, loop_vars(len(ins.domain)))
         exprs = [ins.expr, *ins.at.children()]
-        domain = run_time_extents([ins.expr, ins.at], ins.domain, self.names)
+        domain = self.loop_extents([ins.expr, ins.at], ins.domain)
         with hoisting_loops(self.out, body, exprs, domain, list(range(len(ins.domain)))):
             value = body.value(ins.expr)
             self.out.line(f"{body.gather(ins.at)} += {value}")
+
+    def loop_extents(self, exprs, domain) -> list:
+        return run_time_extents(exprs, domain, self.run_time_extent)
+
+    def run_time_extent(self, v: Var, axis: int) -> str:
+        return f"{self.names.name(v)}.shape[{axis}]"
 
     def alias(self, ins: Alias) -> None:
         shape = internal_shape(ins.out.shape)
@@ -257,7 +267,7 @@ class Writer:
             body.value(e)
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
         exprs = [s.expr for s in ins.stores] + [a.expr for a in accs]
-        domain = run_time_extents(exprs, ins.domain, self.names)
+        domain = self.loop_extents(exprs, ins.domain)
         with hoisting_loops(out, body, exprs, domain, outer, range(bound)):
             if not in_registers:
                 self.iteration(ins, body, idx, accumulators)
@@ -333,14 +343,14 @@ WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, 
 
 
 class StepWriter(Writer):
-    """Renders a plan as a module: the step function, and a helper function for each loop nest
-    that occurs more than once (numba's compile time grows faster than the size of a body)."""
+    """Renders a plan as a module: the step function, calling each loop nest as a kernel of
+    ``morphjit.kernels`` (compiled once per text, shared by every step that runs it)."""
 
     def __init__(self, plan: Plan):
         super().__init__(Source(), Namer())
         self.plan = plan
         self.batched = batched_input(plan.inputs)    # the step reads the batch size from it
-        # the run-time extents a helper's loops may need, passed along
+        # the run-time extents a kernel's loops may need, passed along
         self.extents = [BATCH] if self.batched is not None else []
 
     def arguments(self) -> list[Var]:
@@ -364,24 +374,24 @@ class StepWriter(Writer):
         out.line("import math")
         out.line("import numpy as np")
         out.line("import numba")
+        out.line("from morphjit import kernels")
         out.line("from morphjit import vecmath as vm")
         if any(ins.kind == "check" for ins in self.plan.instructions):
             out.line("from morphjit import runtime as rt")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
             # The kernels' digest makes the text, and so the disk-cache key, change with them.
             out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
-        calls = self.helpers()
+        calls = self.kernels()
         out.line("")
         out.line("")
-        out.line(DECORATOR)
+        out.line(STEP_DECORATOR)
         out.line(f"def {ENTRY}({', '.join(arg_names)}):")
         with out.indent():
             if self.batched is not None:
                 out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
             for ins in self.plan.instructions:
                 if id(ins) in calls:
-                    helper, params = calls[id(ins)]
-                    out.line(f"{helper}({', '.join([self.names.name(v) for v in params] + self.extents)})")
+                    out.line(calls[id(ins)])
                 else:
                     self.write(ins)
             out.line("return 0")
@@ -394,32 +404,63 @@ class StepWriter(Writer):
         for v, first in same_views(self.plan):
             names.same_as(v, first)
 
-    def helpers(self) -> dict[int, tuple[str, list[Var]]]:
-        """Emit one function per loop nest text that occurs twice or more; the calls to make."""
-        texts = {}
-        for ins in self.plan.instructions:
-            if ins.nests():
-                writer = Writer(Source(), Namer("a"))
-                self.alias_outputs(writer.names)
-                writer.write(ins)
-                texts[id(ins)] = (writer.out.text(), writer.names.order)
-        repeated = Counter(text for text, _ in texts.values())
+    def kernels(self) -> dict[int, str]:
+        """Load a kernel per distinct loop nest text (``k0 = kernels.load(...)``); the calls to make,
+        each a kernel's name and its arguments."""
         names: dict[str, str] = {}
         calls = {}
-        for key, (text, params) in texts.items():
-            if repeated[text] < 2:
+        for ins in self.plan.instructions:
+            if not ins.nests():
                 continue
+            writer = KernelWriter()
+            self.alias_outputs(writer.names)
+            writer.write(ins)
+            params = writer.names.order
+            extents = self.extents + [f"n{k}" for k in range(len(writer.shapes))]
+            text = kernel_source(writer.out.text(), params, extents)
             if text not in names:
                 names[text] = f"k{len(names)}"
-                self.out.line("")
-                self.out.line("")
-                self.out.line(DECORATOR)
-                arguments = [f"a{k}" for k in range(len(params))] + self.extents
-                self.out.line(f"def {names[text]}({', '.join(arguments)}):")
-                with self.out.indent():
-                    self.out.block(text)
-            calls[key] = (names[text], params)
+                self.out.line(f"{names[text]} = kernels.load(\'\'\'")
+                self.out.block(text)
+                self.out.line(f"\'\'\', {len(params)}, {len(extents)})")
+            arguments = [f"{self.names.name(v)}.ctypes" for v in params] + self.extents + \
+                [f"{self.names.name(v)}.shape[{axis}]" for v, axis in writer.shapes]
+            calls[id(ins)] = f"{names[text]}({', '.join(arguments)})"
         return calls
+
+
+class KernelWriter(Writer):
+    """Renders one loop nest as a kernel's body: arrays named ``a0, a1, ...``, and each run-time
+    extent it reads (see `run_time_extents`) a parameter ``n0, n1, ...`` the step passes."""
+
+    def __init__(self):
+        super().__init__(Source(), Namer("a"))
+        self.shapes: list[tuple[Var, int]] = []   # the array and axis of each extent parameter
+
+    def run_time_extent(self, v: Var, axis: int) -> str:
+        self.shapes.append((v, axis))
+        return f"n{len(self.shapes) - 1}"
+
+
+class Extent(str):
+    """An extent as source: ``B``, ``784*B`` or a number, spelled without quotes in a tuple."""
+
+    def __repr__(self) -> str:
+        return self
+
+
+def kernel_source(body: str, params: list[Var], extents: list[str]) -> str:
+    """A kernel's module text: each array a C-ordered view of its data pointer, then ``body``."""
+    out = Source()
+    out.line(DECORATOR)
+    out.line(f"def {kernels.NAME}({', '.join([f'p{k}' for k in range(len(params))] + extents)}):")
+    with out.indent():
+        for k, v in enumerate(params):
+            shape = tuple(Extent(e) for e in internal_shape(v.shape))
+            out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
+        out.block(body)
+        out.line("return 0")
+    return out.text()
 
 
 def same_views(plan: Plan):

@@ -243,11 +243,11 @@ def math_calls(asm: str) -> tuple[set[str], set[str]]:
 
 
 def _dispatchers(kernel) -> list:
-    """`kernel` and the loop functions of its generated module (numba dispatchers)."""
+    """`kernel` and the loop kernels its generated module calls (numba dispatchers)."""
+    from . import kernels   # kernels -> cache -> vecmath: imported when first needed
     module_globals = getattr(getattr(kernel, "py_func", None), "__globals__", {})
-    helpers = [v for v in module_globals.values()
-               if hasattr(v, "overloads") and v is not kernel and v.py_func.__globals__ is module_globals]
-    return [kernel, *helpers]
+    loops = [kernels.dispatcher(v) for v in module_globals.values() if isinstance(v, types.ExternalFunction)]
+    return [kernel, *filter(None, loops)]
 
 
 def describe(kernel) -> str:

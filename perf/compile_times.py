@@ -19,9 +19,17 @@ Measured:
 - the first call, split into the morphjit part (trace + vjp + passes + plan + codegen.render) and
   the numba part (exec of the source + first call of the step: typing, lowering, LLVM), against
   the size of the plan and of the source, and whether the numba part grows linearly with the
-  instruction count. The code generator itself emits a loop nest that occurs more than once as one
-  shared ``@numba.njit`` helper (``def k0``, ``def k1``, ...) called from ``step``; the helper
-  column counts them.
+  instruction count. Every loop nest is a kernel of its own (``morphjit.kernels``: compiled once
+  per text, shared by the layers and programs that run it); the kernels column counts the distinct
+  ones of a step.
+
+--stages (issue 19) profiles the first call of compile_loss per stage, in process CPU seconds, for
+three families (relu MLP of 2-50 layers, a tanh recurrent model unrolled over 10-100 time steps, a
+residual MLP of 10-30 blocks), in a fresh process (mode fresh), after compiling an unrelated
+program (other) or the same model at another size (edit, the notebook edit cycle), side by side
+with the first call of jax.jit(value_and_grad) and torch.compile(grad_and_value) of the same
+functions (run by --peer-python), and fits first call = fixed + per-instruction cost. Example:
+  python perf/compile_times.py --stages mlp:2 mlp:10 rnn:100 --modes fresh,edit --repeat 1
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ import time
 
 DEPTHS = (2, 5, 10, 20)
 DTYPES = ("float32", "float64")
-CHILD_ENV = {"MORPHJIT_CACHE": "0", "OPENBLAS_NUM_THREADS": "1", "NUMBA_DISABLE_JIT": "0"}
+CHILD_ENV = {"MORPHJIT_CACHE": "0", "OPENBLAS_NUM_THREADS": "1", "NUMBA_DISABLE_JIT": "0",
+             "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 NJIT_OPTIONS = dict(fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy",
                     boundscheck=False, nogil=True)
 CLOCK = time.process_time
@@ -146,7 +155,7 @@ def child_compile(n_layers: int, dtype: str) -> None:
     _emit({"morphjit": t_mj, "numba": t_numba,
            "llvm": (overload.metadata or {}).get("timers", {}).get("llvm_lock", float("nan")),
            "instructions": len(plan.instructions), "nests": counts["loop"] + counts["reduce"],
-           "gemms": counts["gemm"], "helpers": source.count("\ndef k"), "lines": source.count("\n"),
+           "gemms": counts["gemm"], "helpers": source.count("kernels.load("), "lines": source.count("\n"),
            "args": len(arguments)})
 
 
@@ -294,12 +303,13 @@ def child_stages(family: str, size: int, mode: str) -> None:
     params, data = family_data(family, size)
     loss = mj.compile_loss(family_loss(family, mj), cache=False)
     with PassClock() as clock:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), CLOCK()
         loss(params, *data)
-        first = time.perf_counter() - t0
+        first, wall = CLOCK() - c0, time.perf_counter() - t0
     step, _ = loss.step_for(params, *data)
     stages = step.timings.stages
-    _emit({"first": first, "imports": imports, **clock.phases(),
+    phases = {k: v * first / wall for k, v in clock.phases().items()}   # as shares of the CPU time
+    _emit({"first": first, "imports": imports, **phases,
            "front": sum(stages.get(k, 0.0) for k in ("trace", "vjp", "passes")),
            "plan": stages.get("lower", 0.0) + stages.get("plan", 0.0), "codegen": stages.get("codegen", 0.0),
            "instructions": len(step.plan.instructions), "lines": step.source.count("\n"),
@@ -308,7 +318,7 @@ def child_stages(family: str, size: int, mode: str) -> None:
 
 
 def kernel_counts() -> dict:
-    """How many kernels this process compiled and reused (0 before kernels were shared)."""
+    """How many kernels this process compiled and reused so far (none before kernels were shared)."""
     try:
         from morphjit import kernels
     except ImportError:
@@ -342,9 +352,9 @@ def child_peer(tool: str, family: str, size: int, mode: str) -> None:
         compiled(family_loss(kind, ns))(params, *data)
     params, data = family_data(family, size)
     step = compiled(family_loss(family, ns))
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     step(params, *data)
-    _emit({"first": time.perf_counter() - t0})
+    _emit({"first": CLOCK() - t0})
 
 
 def spawn(*argv, python=sys.executable) -> dict:
@@ -399,12 +409,14 @@ def measure_stages(cases, modes, peers, peer_python) -> dict:
 
 
 def report_stages(cases, modes, peers, rows) -> None:
-    print(f"\n## first call per stage (wall s, least of {REPEAT} processes; no disk cache)\n")
-    print("front = trace + vjp + passes; plan = lower + plan; numba's phases from its event stream "
-          "(typing includes callees typed meanwhile; LLVM = optimisation, machine code and linking).\n")
+    print(f"\n## first call per stage (process CPU s, least of {REPEAT} processes; no disk cache)\n")
+    print("front = trace + vjp + passes; plan = lower + plan; numba's phases from its event stream, in wall "
+          "time scaled to the call's CPU time (typing includes callees typed meanwhile; LLVM = optimisation, "
+          "machine code and linking; other = bytecode analysis, rewrites, kernel loading). Peers: "
+          "jax.jit(value_and_grad) and torch.compile(grad_and_value), first call, process CPU s.\n")
     print("| program | instr | mode | first call | front | plan | codegen | numba typing | numba lowering "
-          "| LLVM | numba other | kernels compiled/reused | step args | "
-          + " | ".join(f"{p} first call" for p in peers) + " |")
+          "| LLVM | numba other | kernels compiled/reused | step args |"
+          + "".join(f" {p} first call |" for p in peers))
     print("|---|---:|---|" + "---:|" * (10 + len(peers)))
     for family, size in cases:
         for mode in modes:
@@ -415,8 +427,8 @@ def report_stages(cases, modes, peers, rows) -> None:
             peer = [rows.get((family, size, mode, p), {}).get("first") for p in peers]
             print(f"| {family} {size} | {r['instructions']} | {mode} | {r['first']:.2f} | {r['front']:.3f} "
                   f"| {r['plan']:.3f} | {r['codegen']:.3f} | {r['typing']:.2f} | {r['lowering']:.2f} "
-                  f"| {r['llvm']:.2f} | {r['other']:.2f} | {kernels} | {r['args']} | "
-                  + " | ".join("-" if t is None else f"{t:.2f}" for t in peer) + " |")
+                  f"| {r['llvm']:.2f} | {r['other']:.2f} | {kernels} | {r['args']} |"
+                  + "".join(" - |" if t is None else f" {t:.2f} |" for t in peer))
     for mode in modes:
         for family in dict.fromkeys(f for f, _ in cases):
             pts = [(rows[f, n, mode, "morphjit"]["instructions"], rows[f, n, mode, "morphjit"]["first"])
@@ -436,7 +448,7 @@ def fit_line(xs, ys):
 
 def report(depths, dtypes, fixed, rows):
     print(f"\n## first call, split (min over {REPEAT} fresh processes; CPU s)\n")
-    print("| dtype | layers | instr | nests | GEMMs | helpers | lines | step args | morphjit s | numba s "
+    print("| dtype | layers | instr | nests | GEMMs | kernels | lines | step args | morphjit s | numba s "
           "| LLVM s | numba-fixed s | numba ms/instr | (numba-fixed) ms/instr |")
     print("|---|" + "---:|" * 13)
     for dt in dtypes:
