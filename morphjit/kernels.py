@@ -74,10 +74,11 @@ def compile_kernel(source: str, signature: tuple) -> Loaded:
     return Loaded(types.ExternalFunction(symbol, types.intp(*signature)), dispatcher, origin)
 
 
-def dispatcher(function):
-    """The numba dispatcher behind a kernel function `load` returned, else None."""
+def called_by(step) -> list:
+    """The dispatchers of the kernels the step dispatcher ``step``'s module loaded."""
+    functions = {id(v) for v in step.py_func.__globals__.values() if isinstance(v, types.ExternalFunction)}
     with _lock:
-        return next((k.dispatcher for k in _loaded.values() if k.function is function), None)
+        return [k.dispatcher for k in _loaded.values() if id(k.function) in functions]
 
 
 def statistics() -> dict[str, int]:

@@ -242,20 +242,13 @@ def math_calls(asm: str) -> tuple[set[str], set[str]]:
     return vector, scalar
 
 
-def _dispatchers(kernel) -> list:
-    """`kernel` and the loop kernels its generated module calls (numba dispatchers)."""
-    from . import kernels   # kernels -> cache -> vecmath: imported when first needed
-    module_globals = getattr(getattr(kernel, "py_func", None), "__globals__", {})
-    loops = [kernels.dispatcher(v) for v in module_globals.values() if isinstance(v, types.ExternalFunction)]
-    return [kernel, *filter(None, loops)]
-
-
-def describe(kernel) -> str:
-    """Which transcendental calls of a compiled step's loops vectorised, for ``loss.explain``.
+def describe(dispatchers) -> str:
+    """Which transcendental calls of a compiled step's loops vectorised, for ``loss.explain``;
+    ``dispatchers`` are the step's and its kernels'.
 
     Read from the machine code of the whole step (not loop by loop): a function listed as
     vectorised may still be called one element at a time in a loop that did not vectorise."""
-    libraries = [d.overloads[s].library for d in _dispatchers(kernel) for s in d.signatures]
+    libraries = [d.overloads[s].library for d in dispatchers for s in d.signatures]
     if any(library._disable_inspection for library in libraries):
         return "not known for machine code loaded from the disk cache (MORPHJIT_CACHE=0 shows it)"
     vector, scalar = set(), set()
