@@ -164,9 +164,6 @@ def hoist(body: Body, e, opened: frozenset) -> None:
 
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
-# The step is a sequence of calls (kernels, BLAS, LAPACK): LLVM has nothing to gain optimising it,
-# and would spend most of its compile time doing so. The functions it calls are optimised.
-STEP_DECORATOR = DECORATOR[:-1] + ", _dbg_optnone=True)"
 
 
 @functools.cache
@@ -384,7 +381,7 @@ class StepWriter(Writer):
         calls = self.kernels()
         out.line("")
         out.line("")
-        out.line(STEP_DECORATOR)
+        out.line(DECORATOR)
         out.line(f"def {ENTRY}({', '.join(arg_names)}):")
         with out.indent():
             if self.batched is not None:
