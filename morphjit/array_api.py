@@ -1,15 +1,17 @@
 """The array functions users call (``mj.exp``, ``mj.sum``, ...), with NumPy's semantics.
 
 Each function normalises its arguments the way NumPy does (dtype promotion with Python scalars
-as weak types, negative axes, ``keepdims``, 1-D matmul operands, ``-1`` in reshapes, basic
-indexing) and then binds primitives of the op table. On traced values they record bindings; on
-concrete arrays they compute eagerly with the same reference implementations, so ``mj.relu(a)``
-also works outside a traced function. Plain NumPy calls on tracers arrive here through
-``apply_ufunc`` and ``apply_function``.
+as weak types, negative axes, ``keepdims``, 1-D matmul operands, ``-1`` in reshapes) and then
+binds primitives of the op table. On traced values they record bindings; on concrete arrays they
+compute eagerly with the same reference implementations, so ``mj.relu(a)`` also works outside a
+traced function. Plain NumPy calls on tracers arrive here through ``apply_ufunc`` and
+``apply_function``. Indexing (``x[key]``, ``mj.at``, ``take``) is built on these functions in
+``numpy_index``; the other NumPy and SciPy families in their own modules (see the README).
 
-One module by design: it is the NumPy surface (``mj.<name>``, the ufunc and function tables that
-plain NumPy calls on tracers dispatch through). When it loads, it installs itself as the functions
-the tracer's operators and the op table's VJP and lowering rules call (``use_array_functions``).
+One module by design: it is the core the rest is written with (the functions the tracer's
+operators and the op table's VJP and lowering rules call, the ufunc and function tables that plain
+NumPy calls on tracers dispatch through). When it loads, it installs itself in both
+(``use_array_functions``).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import sys
 
 import numpy as np
 
-from .errors import DtypeError, IndexingError, ShapeError, TracingError, UnsupportedError, user_location
+from .errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
 from .ir import Lit, Sym, dtype_name, is_float
 from . import gathers, ops, trace
 from .ops import OPS, broadcast_shapes, keepdims_shape, slice_shape
@@ -33,8 +35,8 @@ def _value(x):
     """Check an argument and bring it to a tracer, a Python scalar or a NumPy array."""
     if isinstance(x, Tracer):
         return x
-    if isinstance(x, Masked):
-        raise UnsupportedError(f"x[mask] used as an array: {MASK_HINT}", user_location())
+    if isinstance(x, trace.NotAnArray):
+        raise UnsupportedError(f"an operand is {x.why}", user_location())
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return x
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):
@@ -111,9 +113,9 @@ def _as_array(x):
 
 def _elementwise(op_name: str, floating: bool = False):
     def fn(*args):
-        masked = next((a for a in args if isinstance(a, Masked)), None)
+        masked = next((a for a in args if isinstance(a, trace.NotAnArray)), None)
         if masked is not None:
-            return masked._apply(fn, *args)
+            return masked.elementwise(fn, *args)
         _, operands = _promote([_value(a) for a in args], floating)
         return _apply(op_name, operands)
     fn.__name__ = op_name
@@ -264,7 +266,7 @@ def _reduce(op_name: str, x, axis, keepdims: bool):
 
 
 def sum(a, axis=None, dtype=None, out=None, keepdims=False):
-    if isinstance(a, Masked):
+    if isinstance(a, trace.NotAnArray):
         return a.sum(axis, dtype, out, keepdims)
     _no_out("sum", out)
     a = _as_array(a)
@@ -276,7 +278,7 @@ def sum(a, axis=None, dtype=None, out=None, keepdims=False):
 
 
 def mean(a, axis=None, dtype=None, out=None, keepdims=False):
-    if isinstance(a, Masked):
+    if isinstance(a, trace.NotAnArray):
         return a.mean(axis, dtype, out, keepdims)
     _no_out("mean", out)
     a = _as_array(a)
@@ -417,321 +419,6 @@ def unslice(g, shape, starts, stops, steps):
                   steps=tuple(steps))
 
 
-def getitem(a, key):
-    """NumPy indexing: integers, slices (with steps), ``None``, ``...`` and integer arrays."""
-    a = _as_array(a)
-    key = key if isinstance(key, tuple) else (key,)
-    for k in key:
-        if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, builtins.slice))
-                or _is_index_array(k)):
-            raise UnsupportedError(
-                f"indexing with {type(k).__name__} is not supported (integers, slices, None, ... and "
-                f"integer arrays are)", user_location())
-    if len(key) == 1 and _is_mask(key[0]) and _trace_of([a, key[0]]) is not None:
-        return Masked.select(a, key[0])
-    if builtins.any(_is_dynamic_slice(k) for k in key):
-        a, key = _dynamic_slices(a, key)
-    if builtins.any(_is_index_array(k) for k in key):
-        return _advanced_getitem(a, key)
-    return _basic_getitem(a, key)
-
-
-class at:
-    """Functional updates, for NumPy's in-place ``x[key] += v`` / ``np.add.at(x, key, v)`` /
-    ``x[key] = v``, which cannot be traced (a traced array cannot change): ``mj.at(x)[key].add(v)``
-    and ``mj.at(x)[key].set(v)`` return a new array, differentiable in ``x`` and ``v``.
-
-    ``add`` accumulates at repeated positions (as ``np.add.at``); ``set`` stores their mean
-    (NumPy keeps the last one written, an order a compiled loop should not depend on). With a
-    boolean mask, ``set(v)`` is ``np.where(mask, v, x)`` (``v`` broadcasts against ``x``)."""
-
-    def __init__(self, x):
-        self.x = x
-
-    def __getitem__(self, key):
-        return _AtIndex(self.x, key)
-
-
-class _AtIndex:
-    def __init__(self, x, key):
-        self.x, self.key = _as_array(x), key if isinstance(key, tuple) else (key,)
-
-    def add(self, v):
-        return add(self.x, _placed(self.x, self.key, v))
-
-    def set(self, v):
-        if not is_float(self.x.dtype):
-            raise DtypeError(f"mj.at(x)[...].set(v) needs a float array, got {self.x.dtype}", user_location())
-        if len(self.key) == 1 and _is_mask(self.key[0]):
-            return where(Masked.select(self.x, self.key[0]).mask, v, self.x)
-        placed = _placed(self.x, self.key, astype(_as_array(v), self.x.dtype))
-        count = _placed(self.x, self.key, ones_like(getitem(self.x, self.key)))
-        return where(count > 0, placed / where(count > 0, count, 1.0), self.x)
-
-
-def _placed(x, key, v):
-    """Zeros of ``x``'s shape with ``v`` added where ``x[key]`` reads (repeated positions
-    accumulate): the transpose of indexing, from the VJP rules of the ops indexing binds."""
-    t = _trace_of([x, v])
-    if t is None:
-        out = np.zeros(x.shape, np.result_type(x, v))
-        np.add.at(out, key, v)
-        return out
-    x = x if isinstance(x, Tracer) else Tracer(t, t.operand(x, lift_literals=False))
-    start = len(t.bindings)
-    picked = getitem(x, key)
-    if isinstance(picked, Masked):
-        return where(picked.mask, broadcast_to(v, x.shape), 0)
-    new = t.bindings[start:]
-    active = {id(x.operand)}
-    for b in new:
-        if builtins.any(id(i) in active for i in b.inputs):
-            active.add(id(b.out))
-    cotangents = {id(picked.operand): broadcast_to(astype(_as_array(v), x.dtype), picked.shape)}
-    for b in reversed(new):
-        g = cotangents.pop(id(b.out), None)
-        if g is None:
-            continue
-        grads = OPS[b.op].vjp(g, Tracer(t, b.out), *(Tracer(t, i) for i in b.inputs), **b.kwargs)
-        for i, gi in zip(b.inputs, grads):
-            if gi is not None and id(i) in active:
-                cotangents[id(i)] = cotangents[id(i)] + gi if id(i) in cotangents else gi
-    return cotangents.get(id(x.operand), zeros_like(x))
-
-
-def _is_dynamic_slice(k) -> bool:
-    return isinstance(k, builtins.slice) and (isinstance(k.start, Tracer) or isinstance(k.stop, Tracer))
-
-
-def _dynamic_slices(a, key):
-    """Slices with traced bounds, each a gather along its axis at ``start + step * arange(extent)``
-    (the extent ``stop - start`` must not depend on the traced values); the key with them
-    replaced by full slices."""
-    key = _expand_ellipsis(key, a.ndim)
-    axis, rest = 0, []
-    for k in key:
-        if _is_dynamic_slice(k):
-            step = 1 if k.step is None else k.step
-            extent = _fixed_extent(k)
-            size = a.shape[axis]
-            if isinstance(step, Tracer) or extent is None or isinstance(size, Sym) or step <= 0:
-                raise UnsupportedError(
-                    "a slice with traced bounds needs an extent known when tracing (a positive integer "
-                    "step, stop - start not depending on traced values, as in x[i * n:(i + 1) * n]), "
-                    "on an axis that is not the batch axis", user_location())
-            start = where(k.start < 0, k.start + size, k.start)
-            index = start + np.arange(0, len(range(0, extent, step)) * step, step)
-            a = gather(a, (index,), axis)
-            k = builtins.slice(None)
-        rest.append(k)
-        axis += k is not None
-    return a, tuple(rest)
-
-
-def _fixed_extent(k) -> int | None:
-    """``stop - start`` of a slice with traced bounds, when it is the same for all traced values."""
-    trace = _trace_of([k.start, k.stop])
-    difference = _polynomial(trace, k.stop, -1) if k.stop is not None else None
-    if difference is None or k.start is None:
-        return None
-    start = _polynomial(trace, k.start, 1)
-    if start is None:
-        return None
-    for term, c in start.items():
-        difference[term] = difference.get(term, 0) + c
-    difference = {t: c for t, c in difference.items() if c}
-    return -difference.get((), 0) if set(difference) <= {()} else None
-
-
-def _polynomial(trace, x, sign: int) -> dict | None:
-    """``sign * x`` as a polynomial over the traced values it is computed from by +, -, * and
-    literals (monomials are sorted tuples of value ids), or None if it is computed otherwise."""
-    if not isinstance(x, Tracer):
-        return {(): sign * int(x)}
-    producers = {id(b.out): b for b in trace.bindings}
-
-    def poly(v) -> dict | None:
-        if isinstance(v, Lit):
-            return {(): v.value} if v.dtype.kind in "iu" else None
-        b = producers.get(id(v))
-        if b is None:
-            return {(id(v),): 1}
-        args = [poly(u) for u in b.inputs]
-        if None in args or b.op not in ("add", "sub", "mul", "neg"):
-            return None
-        if b.op == "neg":
-            return {t: -c for t, c in args[0].items()}
-        if b.op == "mul":
-            product: dict = {}
-            for t1, c1 in args[0].items():
-                for t2, c2 in args[1].items():
-                    t = tuple(sorted(t1 + t2))
-                    product[t] = product.get(t, 0) + c1 * c2
-            return product
-        total = dict(args[0])
-        for t, c in args[1].items():
-            total[t] = total.get(t, 0) + (c if b.op == "add" else -c)
-        return total
-
-    found = poly(x.operand)
-    return None if found is None else {t: sign * c for t, c in found.items()}
-
-
-def _basic_getitem(a, key):
-    key = _expand_ellipsis(key, a.ndim)
-    starts, stops, steps, out_shape = [], [], [], []
-    dim = 0
-    for k in key:
-        if k is None:
-            out_shape.append(1)
-            continue
-        size = a.shape[dim]
-        if isinstance(size, Sym) and k == builtins.slice(None):
-            start, stop, step = 0, size, 1          # all of the batch; any other slice needs its size
-            out_shape.append(size)
-        elif isinstance(k, builtins.slice):
-            start, stop, step = k.indices(size)
-            out_shape.append(len(range(start, stop, step)))
-        else:
-            if not -size <= k < size:
-                raise ShapeError(f"index {k} is out of bounds for axis {dim} with size {size}", user_location())
-            start, stop, step = int(k) % size, int(k) % size + 1, 1
-        starts.append(start)
-        stops.append(stop)
-        steps.append(step)
-        dim += 1
-    return reshape(slice_array(a, starts, stops, steps), tuple(out_shape))
-
-
-def _is_index_array(k) -> bool:
-    return isinstance(k, (Tracer, np.ndarray, list))
-
-
-def _is_mask(k) -> bool:
-    return _is_index_array(k) and _as_array(k).dtype == np.bool_
-
-
-MASK_HINT = ("indexing with a boolean mask gives a shape that depends on the data, which a compiled step cannot have; "
-             "it can only be reduced (x[mask].sum(), x[mask].mean(), np.sum(x[mask] ** 2)); "
-             "write np.where(mask, x, 0) to keep the shape (and np.where(mask, v, x) for x[mask] = v)")
-
-
-class Masked(trace.NotAnArray):
-    """``x[mask]`` while tracing: the elements of ``values`` (x's shape) where ``mask`` holds.
-
-    Element-wise functions apply to ``values`` (other elements hold 1, so no function of them
-    gives a NaN that a gradient would carry); a reduction is a masked reduction of them. Anything
-    that needs the data-dependent shape raises, showing the ``np.where`` spelling."""
-
-    __array_priority__ = 2000
-    why = f"x[mask]: {MASK_HINT}"
-
-    def __init__(self, values, mask):
-        self.values, self.mask, self.loc = values, mask, user_location()
-
-    @staticmethod
-    def select(x, mask) -> "Masked":
-        x, mask = _as_array(x), _as_array(mask)
-        if tuple(x.shape[:mask.ndim]) != tuple(mask.shape):
-            raise IndexingError(f"a boolean mask of shape {tuple(mask.shape)} does not match the indexed "
-                                f"array of shape {tuple(x.shape)}", user_location())
-        mask = broadcast_to(reshape(mask, tuple(mask.shape) + (1,) * (x.ndim - mask.ndim)), x.shape)
-        return Masked(where(mask, x, 1), mask)
-
-    def _apply(self, fn, *args):
-        operands = []
-        for a in args:
-            if isinstance(a, Masked):
-                if a.mask is not self.mask:
-                    raise UnsupportedError(f"elements picked by two different masks cannot be combined: {MASK_HINT}",
-                                           user_location())
-                a = a.values
-            elif _shape_of(a) != ():
-                raise UnsupportedError(f"x[mask] combined with an array: {MASK_HINT}", user_location())
-            operands.append(a)
-        return Masked(fn(*operands), self.mask)
-
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
-        self._whole("sum", axis, out, keepdims)
-        return sum(where(self.mask, self.values, 0), dtype=dtype)
-
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
-        self._whole("mean", axis, out, keepdims)
-        total = self.sum(dtype=dtype)
-        values = total if is_float(total.dtype) else astype(total, np.float64)
-        return values / astype(sum(self.mask), values.dtype)
-
-    def _whole(self, name, axis, out, keepdims) -> None:
-        if axis is not None or out is not None or keepdims:
-            raise UnsupportedError(f"x[mask].{name}() reduces all elements (no axis, out or keepdims): "
-                                   f"{MASK_HINT}", user_location())
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return self._apply(lambda *xs: apply_ufunc(ufunc, method, xs, kwargs), *inputs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        if func in (np.sum, np.mean):
-            return getattr(args[0], func.__name__)(*args[1:], **kwargs)
-        raise UnsupportedError(f"np.{func.__name__} of x[mask]: {MASK_HINT}", user_location())
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)   # NumPy's protocol probes
-        raise UnsupportedError(f"x[mask].{name}: {MASK_HINT}", user_location())
-
-    def __bool__(self):
-        raise UnsupportedError(f"bool(x[mask]): {MASK_HINT}", user_location())
-
-    def __len__(self):
-        raise UnsupportedError(f"len(x[mask]): {MASK_HINT}", user_location())
-
-    def __getitem__(self, key):
-        raise UnsupportedError(f"indexing x[mask]: {MASK_HINT}", user_location())
-
-    __add__ = lambda self, o: self._apply(add, self, o)
-    __radd__ = lambda self, o: self._apply(add, o, self)
-    __sub__ = lambda self, o: self._apply(subtract, self, o)
-    __rsub__ = lambda self, o: self._apply(subtract, o, self)
-    __mul__ = lambda self, o: self._apply(multiply, self, o)
-    __rmul__ = lambda self, o: self._apply(multiply, o, self)
-    __truediv__ = lambda self, o: self._apply(divide, self, o)
-    __rtruediv__ = lambda self, o: self._apply(divide, o, self)
-    __pow__ = lambda self, o: self._apply(power, self, o)
-    __rpow__ = lambda self, o: self._apply(power, o, self)
-    __neg__ = lambda self: self._apply(negative, self)
-    __abs__ = lambda self: self._apply(abs, self)
-
-
-def _advanced_getitem(a, key):
-    """Integer-array indexing with NumPy's rules: integers count as index arrays, the index arrays
-    broadcast together, and their dimensions replace the indexed axes where those are adjacent,
-    else they come first. Slices and ``None`` are applied first (a view), then one gather."""
-    key = tuple(np.asarray(k) if isinstance(k, (int, np.integer)) else k for k in key)
-    key = _expand_ellipsis(key, a.ndim)
-    basic = tuple(builtins.slice(None) if _is_index_array(k) else k for k in key)
-    viewed = _basic_getitem(a, basic)
-    positions = [j for j, k in enumerate(key) if _is_index_array(k)]
-    index = tuple(_index_array(key[j], viewed.shape[j]) for j in positions)
-    if positions != list(range(positions[0], positions[0] + len(positions))):
-        others = [j for j in range(viewed.ndim) if j not in positions]
-        viewed, positions = transpose(viewed, tuple(positions + others)), list(range(len(positions)))
-    return gather(viewed, index, positions[0])
-
-
-def _index_array(k, extent):
-    """An index array (a tracer or a constant), checked now where its values are known."""
-    k = _as_array(k)
-    if k.dtype == np.bool_:
-        raise UnsupportedError(f"a boolean mask combined with other indices: {MASK_HINT}", user_location())
-    if k.dtype.kind not in "iu":
-        raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}", user_location())
-    if isinstance(k, np.ndarray) and not isinstance(extent, Sym) and k.size \
-            and (k.min() < -extent or k.max() >= extent):
-        bad = k[(k < -extent) | (k >= extent)].flat[0]
-        raise IndexingError(f"index {bad} is out of bounds for an axis of size {extent}", user_location())
-    return k
-
-
 def gather(x, index, axis: int = 0, names=None):
     """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
     arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
@@ -750,60 +437,6 @@ def scatter_add(g, index, shape, axis: int = 0, names=None):
 def _argument_names(index) -> tuple[str, ...]:
     """The argument path of each index array that is an argument of the traced function."""
     return tuple(i.trace.paths.get(id(i.operand), "") if isinstance(i, Tracer) else "" for i in index)
-
-
-def take(a, indices, axis=None):
-    """``np.take``: the elements at ``indices`` along ``axis`` (of the flattened array if None)."""
-    a = _as_array(a)
-    if axis is None:
-        a, axis = ravel(a), 0
-    axis = normalize_axes("take", axis, a.ndim)[0]
-    return gather(a, (_index_array(indices, a.shape[axis]),), axis)
-
-
-def take_along_axis(arr, indices, axis):
-    """``np.take_along_axis``: ``indices`` (with ``arr``'s number of dimensions) picks along
-    ``axis``, broadcasting against ``arr`` on the other axes."""
-    arr, indices = _as_array(arr), _as_array(indices)
-    if indices.ndim != arr.ndim:
-        raise ShapeError(f"take_along_axis: indices of {indices.ndim} dimensions for an array of {arr.ndim}",
-                         user_location())
-    axis = normalize_axes("take_along_axis", axis, arr.ndim)[0]
-    index = []
-    for k in range(arr.ndim):
-        if k == axis:
-            index.append(_index_array(indices, arr.shape[k]))
-        elif isinstance(arr.shape[k], Sym):
-            raise UnsupportedError("take_along_axis: the batch axis can only be the axis taken along",
-                                   user_location())
-        else:
-            index.append(np.arange(arr.shape[k]).reshape([-1 if j == k else 1 for j in range(arr.ndim)]))
-    return gather(arr, tuple(index), 0)
-
-
-def choose(a, choices):
-    """``np.choose``: ``choices[a[i]][i]`` at every position, everything broadcast together
-    (negative entries of ``a`` count from the last choice, where NumPy raises)."""
-    a, choices = _as_array(a), [_as_array(c) for c in choices]
-    shape = broadcast_shapes("choose", a.shape, *(c.shape for c in choices))
-    stacked = stack([broadcast_to(c, shape) for c in _promote(choices)[1]], axis=0)
-    picked = take_along_axis(stacked, expand_dims(broadcast_to(a, shape), 0), 0)
-    return squeeze(picked, 0)
-
-
-def _expand_ellipsis(key, ndim: int):
-    consumed = len([k for k in key if k is not None and k is not Ellipsis])
-    if consumed > ndim:
-        raise ShapeError(f"too many indices: the array has {ndim} dimensions, {consumed} were indexed",
-                         user_location())
-    ellipses = [i for i, k in enumerate(key) if k is Ellipsis]
-    if len(ellipses) > 1:
-        raise ShapeError("an index can only have a single ellipsis ('...')", user_location())
-    fill = (builtins.slice(None),) * (ndim - consumed)
-    if ellipses:
-        i = ellipses[0]
-        return key[:i] + fill + key[i + 1:]
-    return key + fill
 
 
 # ---------------------------------------------------------------------------------------------
@@ -943,7 +576,6 @@ FUNCTIONS = {
     np.amin: min, np.dot: dot, np.transpose: transpose, np.reshape: reshape, np.swapaxes: swapaxes,
     np.concatenate: concatenate, np.stack: stack, np.clip: clip, np.expand_dims: expand_dims,
     np.squeeze: squeeze, np.broadcast_to: broadcast_to, np.where: where, np.ravel: ravel,
-    np.take: take, np.take_along_axis: take_along_axis, np.choose: choose,
     np.zeros_like: zeros_like, np.ones_like: ones_like, np.full_like: full_like,
 }
 

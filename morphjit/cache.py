@@ -5,18 +5,8 @@ stored as ``<cache dir>/mj_<hint>_<hash>.py`` (the hash covers the text and the 
 numba, numpy, llvmlite and Python), executed under a module name (registered in ``sys.modules``
 only while it runs and while its dispatchers compile, so that it is released with them), and every
 numba dispatcher it defines keeps its machine code beside it in ``__pycache__``. A fresh process
-that renders the same text loads that machine code instead of compiling.
-
-Security model. Loading numba's files unpickles them, which can run code, so:
-
-- every directory on the way to the cache (symlinks followed one by one) must belong to root or to
-  the current user and be writable by nobody else (a sticky directory such as /tmp, or a group
-  holding only the user, excepted); otherwise the cache is bypassed with a warning;
-- each numba file carries an HMAC-SHA256 of its name and bytes under a random per-cache key
-  (``<cache dir>/key``, mode 0600), read once when the module is loaded. A file is read once
-  through a descriptor opened without following symlinks, checked (regular, owner, mode), verified,
-  and only those bytes are unpickled; a file that fails is a miss, rebuilt with one warning;
-- ``source`` itself is executed, never the copy on disk, which must equal it byte for byte.
+that renders the same text loads that machine code instead of compiling. How the files are
+checked, verified and locked is `cache_store`'s (its docstring gives the security model).
 
 A cache directory the user cannot write (owned by root or by the user, e.g. pre-warmed in a
 container) is read only: entries that verify are loaded, nothing is written, and a program it lacks
@@ -33,24 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import functools
-import grp
 import hashlib
-import hmac
 import importlib.metadata
-import io
 import linecache
 import os
-import pickle
 import pwd
 import re
-import secrets
-import shutil
 import stat
 import sys
-import tempfile
-import threading
 import types
 import warnings
 import weakref
@@ -59,26 +40,20 @@ from pathlib import Path
 import llvmlite
 import numba
 import numpy
-from numba.core.caching import (CompileResultCacheImpl, FunctionCache, IndexDataCacheFile,
-                                InTreeCacheLocator)
+from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCacheLocator
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
 from . import config, vecmath
+from .cache_store import (PREFIX, TEMP_PREFIX, CacheWarning, Damaged, NotPrivate, Store,
+                          VerifiedCacheFile, entry_files, entry_lock, entry_names,
+                          make_private_dir, open_store, read_regular_file, remove_any,
+                          remove_entry, remove_files, remove_unless_locked, total_size, warn_once,
+                          write_atomically)
 
-_PREFIX = "mj_"
-_ENTRY_NAME = re.compile(r"(mj_[A-Za-z0-9_]{1,40}_[0-9a-f]{16})\.")
-_TEMP_PREFIX = ".tmp-"
-_KEY_FILE = "key"
-_KEY_BYTES = 32
-_MAC_BYTES = 32  # HMAC-SHA256
 _FORMAT = 2  # of the files; part of every entry's name
 _DEFAULT_MAX_SIZE = "1G"
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-class CacheWarning(UserWarning):
-    """The disk cache was bypassed, or a damaged entry was rebuilt."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,18 +92,18 @@ def load_module(source: str, *, name_hint: str = "step", cache: bool = True) -> 
     directory = cache_dir()
     max_bytes = cache_max_size()
     try:
-        store = _open_store(directory, max_bytes)
+        store = open_store(directory, max_bytes)
         module = _load_cached(source, name, store)
-    except _NotPrivate as refusal:
-        _warn_once(("not private", str(refusal)),
+    except NotPrivate as refusal:
+        warn_once(("not private", str(refusal)),
                    f"not using the morphjit cache: {refusal}; compiling in memory")
     except OSError as exc:
-        _warn_once(("unwritable", directory),
+        warn_once(("unwritable", directory),
                    f"cannot use the morphjit cache {directory} ({exc}); compiling in memory")
     else:
         if module is not None:
             return module
-        _warn_once(("read only", directory),
+        warn_once(("read only", directory),
                    f"the read-only morphjit cache {directory} does not hold this program; "
                    "compiling in memory")
     return _module_in_memory(source, name)
@@ -175,8 +150,8 @@ def parse_size(text: str) -> int:
 def cache_info() -> CacheInfo:
     """Count the cached programs and their bytes, numba's files included."""
     directory = cache_dir()
-    per_entry = tuple(CacheEntry(name, _total_size(_entry_files(directory, name)))
-                      for name in _entry_names(directory))
+    per_entry = tuple(CacheEntry(name, total_size(entry_files(directory, name)))
+                      for name in entry_names(directory))
     return CacheInfo(directory, len(per_entry), sum(e.bytes for e in per_entry), per_entry)
 
 
@@ -186,13 +161,13 @@ def clear_cache() -> int:
     Modules already loaded in this process keep working.
     """
     directory = cache_dir()
-    names = _entry_names(directory)
+    names = entry_names(directory)
     for name in names:
-        lock = _entry_lock(directory, name)
+        lock = entry_lock(directory, name)
         with lock:
-            _remove_entry(directory, name, lock.path)
-    _remove_files([*directory.glob(_TEMP_PREFIX + "*"),
-                   *directory.glob(f"__pycache__/{_TEMP_PREFIX}*")])
+            remove_entry(directory, name, lock.path)
+    remove_files([*directory.glob(TEMP_PREFIX + "*"),
+                   *directory.glob(f"__pycache__/{TEMP_PREFIX}*")])
     return len(names)
 
 
@@ -212,7 +187,7 @@ def _module_name(source: str, name_hint: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9_]{1,40}", name_hint):
         raise ValueError(f"name_hint must be 1-40 letters, digits or underscores, got {name_hint!r}")
     digest = hashlib.sha256(f"{_versions()}\0{source}".encode()).hexdigest()
-    return f"{_PREFIX}{name_hint}_{digest[:16]}"
+    return f"{PREFIX}{name_hint}_{digest[:16]}"
 
 
 @functools.cache
@@ -234,92 +209,6 @@ def _home() -> str:
     return pwd.getpwuid(os.geteuid()).pw_dir
 
 
-# ---------------------------------------------------------------- the store: directory and key
-
-
-@dataclasses.dataclass(frozen=True)
-class _Store:
-    """A checked cache directory, its MAC key (read once, kept in memory) and its size bound."""
-
-    directory: Path
-    key: bytes
-    owner: int
-    writable: bool
-    max_bytes: int
-
-    def mac(self, path: Path, payload: bytes) -> bytes:
-        return hmac.new(self.key, path.name.encode() + b"\0" + payload, hashlib.sha256).digest()
-
-    def write(self, path: Path, payload: bytes) -> None:
-        """Store `payload` at `path` behind its MAC."""
-        _write_atomically(path, self.mac(path, payload) + payload)
-
-    def read(self, path: Path) -> bytes | None:
-        """The payload stored at `path` if its MAC verifies, None if there is no file.
-
-        Raises _Damaged for anything else: the bytes checked are the bytes returned.
-        """
-        try:
-            data = _read_regular_file(path, self.owner)
-        except FileNotFoundError:
-            return None
-        except (_NotPrivate, OSError) as exc:
-            raise _Damaged(path, str(exc)) from exc
-        tag, payload = data[:_MAC_BYTES], data[_MAC_BYTES:]
-        if not hmac.compare_digest(tag, self.mac(path, payload)):
-            raise _Damaged(path, "its authentication code does not match its bytes")
-        return payload
-
-
-def _open_store(directory: Path, max_bytes: int) -> _Store:
-    """Check the path to `directory`, create it if missing, and read (or make) its key."""
-    _check_path(directory)
-    if not directory.is_dir():
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _check_path(directory)
-    owner = directory.stat().st_uid
-    if owner == os.geteuid() and os.access(directory, os.W_OK):
-        _require_private(directory)
-        return _Store(directory, _read_or_make_key(directory), owner, True, max_bytes)
-    key_path = directory / _KEY_FILE
-    key = _read_regular_file(key_path, owner)
-    if len(key) != _KEY_BYTES:
-        raise _NotPrivate(f"the key file {key_path} of this read-only cache is damaged")
-    return _Store(directory, key, owner, False, max_bytes)
-
-
-def _read_or_make_key(directory: Path) -> bytes:
-    path = directory / _KEY_FILE
-    if not os.path.lexists(path):
-        _create_key(path)
-    try:
-        key = _read_regular_file(path, os.geteuid())
-        problem = None if len(key) == _KEY_BYTES else f"it holds {len(key)} bytes, not {_KEY_BYTES}"
-    except (_NotPrivate, OSError) as exc:  # e.g. a symlink (O_NOFOLLOW) or a directory
-        problem = str(exc)
-    if problem is None:
-        return key
-    warnings.warn(f"morphjit cache key {path} is unusable ({problem}); making a new one, so every "
-                  "entry will be rebuilt", CacheWarning, stacklevel=5)
-    _remove_any(path)
-    _create_key(path)
-    return _read_regular_file(path, os.geteuid())
-
-
-def _create_key(path: Path) -> None:
-    """Write a new random key at `path` unless a concurrent process wrote one first."""
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
-    try:
-        with os.fdopen(fd, "wb") as temp:
-            temp.write(secrets.token_bytes(_KEY_BYTES))
-            temp.flush()
-            os.fsync(temp.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(temp_name, path)
-    finally:
-        os.unlink(temp_name)
-
-
 # ---------------------------------------------------------------- loading
 
 
@@ -333,10 +222,10 @@ def _module_in_memory(source: str, name: str) -> types.ModuleType:
     return module
 
 
-def _load_cached(source: str, name: str, store: _Store) -> types.ModuleType | None:
+def _load_cached(source: str, name: str, store: Store) -> types.ModuleType | None:
     """The module of `source` backed by cache entry `name`; None if a read-only store lacks it."""
     path = store.directory / f"{name}.py"
-    lock = _entry_lock(store.directory, name) if store.writable else contextlib.nullcontext()
+    lock = entry_lock(store.directory, name) if store.writable else contextlib.nullcontext()
     with lock:
         loaded = sys.modules.get(name)
         if getattr(loaded, "__file__", None) == str(path):
@@ -352,7 +241,7 @@ def _load_cached(source: str, name: str, store: _Store) -> types.ModuleType | No
 
 def _heal_entry(directory: Path, name: str) -> None:
     """Remove what stands in place of an entry's files but is not a regular file of ours."""
-    for path in [directory / "__pycache__", *_entry_files(directory, name)]:
+    for path in [directory / "__pycache__", *entry_files(directory, name)]:
         try:
             status = os.lstat(path)
         except FileNotFoundError:
@@ -360,17 +249,17 @@ def _heal_entry(directory: Path, name: str) -> None:
         expected = stat.S_ISDIR if path.name == "__pycache__" else stat.S_ISREG
         if expected(status.st_mode) and status.st_uid == os.geteuid():
             continue
-        _warn_once(("healed", path), f"removing {path} from the morphjit cache: it is not a "
+        warn_once(("healed", path), f"removing {path} from the morphjit cache: it is not a "
                    f"{'directory' if expected is stat.S_ISDIR else 'regular file'} owned by uid "
                    f"{os.geteuid()}")
-        _remove_any(path)
-    _make_private_dir(directory / "__pycache__")
+        remove_any(path)
+    make_private_dir(directory / "__pycache__")
 
 
 def _holds_source(path: Path, source: str, owner: int) -> bool:
     try:
-        return _read_regular_file(path, owner) == source.encode()
-    except (OSError, _NotPrivate):
+        return read_regular_file(path, owner) == source.encode()
+    except (OSError, NotPrivate):
         return False
 
 
@@ -378,19 +267,19 @@ def _store_source(path: Path, source: str) -> None:
     """Write `source` to `path` unless an identical copy is there; a differing copy is damaged."""
     data = source.encode()
     try:
-        if _read_regular_file(path, os.geteuid()) == data:
+        if read_regular_file(path, os.geteuid()) == data:
             return
     except FileNotFoundError:
         pass
     else:
         warnings.warn(f"morphjit cache entry {path} is damaged (its text differs from the program); "
                       "rebuilding it", CacheWarning, stacklevel=5)
-        _remove_files(_entry_files(path.parent, path.stem))
-    _write_atomically(path, data)
+        remove_files(entry_files(path.parent, path.stem))
+    write_atomically(path, data)
 
 
 def _execute_registered(source: str, name: str, path: Path, lock,
-                        store: _Store) -> types.ModuleType:
+                        store: Store) -> types.ModuleType:
     """Run `source` as module `name` backed by `path`, with disk caching on for its dispatchers.
 
     Numba, compiling or loading machine code, looks the module up by name (to rebuild the
@@ -434,7 +323,7 @@ def _dispatchers_defined_in(module: types.ModuleType) -> list[Dispatcher]:
             if isinstance(value, Dispatcher) and value.py_func.__globals__ is vars(module)]
 
 
-def _enable_disk_caching(dispatcher: Dispatcher, lock, store: _Store) -> None:
+def _enable_disk_caching(dispatcher: Dispatcher, lock, store: Store) -> None:
     """Give `dispatcher` a disk cache and serialise its compilations with other processes.
 
     This is what ``njit(cache=True)`` does (``Dispatcher.enable_caching``), with a cache that
@@ -497,77 +386,29 @@ class _InTreeCacheImpl(CompileResultCacheImpl):
     _locator_classes = [_InTreeLocator]
 
 
-class _Damaged(Exception):
-    """A cache file could not be read, is not a regular file of the cache's owner, or does not
-    verify."""
-
-    def __init__(self, path: Path, reason: str):
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-
-
-class _VerifiedCacheFile(IndexDataCacheFile):
-    """numba's index and data files, each behind a MAC, read once and verified before unpickling."""
-
-    def __init__(self, cache_path, filename_base, source_stamp, store: _Store):
-        super().__init__(cache_path, filename_base, source_stamp)
-        self._store = store
-
-    def save(self, key, data):
-        try:
-            super().save(key, data)
-        except _Damaged as damage:  # damaged since this process loaded it: start the index afresh
-            _remove_files([damage.path])
-            super().save(key, data)
-
-    def _load_index(self):
-        payload = self._store.read(Path(self._index_path))
-        if payload is None:
-            return {}
-        stream = io.BytesIO(payload)
-        if pickle.load(stream) != self._version:
-            return {}
-        stamp, overloads = pickle.loads(stream.read())
-        return overloads if stamp == self._source_stamp else {}
-
-    def _save_index(self, overloads):
-        payload = pickle.dumps(self._version, protocol=-1) + self._dump((self._source_stamp,
-                                                                          overloads))
-        self._store.write(Path(self._index_path), payload)
-
-    def _load_data(self, name):
-        payload = self._store.read(Path(self._data_path(name)))
-        if payload is None:
-            raise FileNotFoundError(self._data_path(name))  # numba: the index outlived the data
-        return pickle.loads(payload)
-
-    def _save_data(self, name, data):
-        self._store.write(Path(self._data_path(name)), self._dump(data))
-
-
 class _VerifiedCache(FunctionCache):
     """numba's per-function disk cache over verified files: a file that fails verification is a
     miss (warned once, rebuilt); any other failure is numba's and leaves the files alone."""
 
     _impl_class = _InTreeCacheImpl
 
-    def __init__(self, py_func, store: _Store):
+    def __init__(self, py_func, store: Store):
         super().__init__(py_func)
         self._store = store
         plain = self._cache_file
-        self._cache_file = _VerifiedCacheFile(self._cache_path, self._impl.filename_base,
+        self._cache_file = VerifiedCacheFile(self._cache_path, self._impl.filename_base,
                                               plain._source_stamp, store)
 
     def load_overload(self, sig, target_context):
         try:
             return super().load_overload(sig, target_context)
-        except _Damaged as damage:
+        except Damaged as damage:
             rebuild = "rebuilding it" if self._store.writable else "compiling in memory"
-            _warn_once(("damaged", damage.path),
+            warn_once(("damaged", damage.path),
                        f"damaged numba cache for {self._py_func.__qualname__} ({damage}); "
                        f"{rebuild}")
             if self._store.writable:
-                _remove_files(Path(self.cache_path).glob(f"{self._impl.filename_base}.*"))
+                remove_files(Path(self.cache_path).glob(f"{self._impl.filename_base}.*"))
             return None
 
     def save_overload(self, sig, data):
@@ -576,7 +417,7 @@ class _VerifiedCache(FunctionCache):
         try:
             super().save_overload(sig, data)
         except OSError as exc:
-            _warn_once(("unwritable", self.cache_path),
+            warn_once(("unwritable", self.cache_path),
                        f"cannot save machine code to {self.cache_path} ({exc})")
             return
         _prune(self._store.directory, self._store.max_bytes, keep=self._py_func.__module__)
@@ -587,269 +428,19 @@ class _VerifiedCache(FunctionCache):
 
 def _prune(directory: Path, max_bytes: int, keep: str | None) -> list[CacheEntry]:
     """Evict least recently used entries, never `keep` nor a locked one, down to `max_bytes`."""
-    entries = [CacheEntry(name, _total_size(_entry_files(directory, name)))
-               for name in _entry_names(directory)]
+    entries = [CacheEntry(name, total_size(entry_files(directory, name)))
+               for name in entry_names(directory)]
     total = sum(entry.bytes for entry in entries)
     evicted = []
     for entry in sorted(entries, key=lambda e: _last_used(directory, e.name)):
         if total <= max_bytes:
             break
-        if entry.name != keep and _remove_unless_locked(directory, entry.name):
+        if entry.name != keep and remove_unless_locked(directory, entry.name):
             total -= entry.bytes
             evicted.append(entry)
     return evicted
 
 
 def _last_used(directory: Path, name: str) -> float:
-    times = [path.stat().st_mtime for path in _entry_files(directory, name) if path.exists()]
+    times = [path.stat().st_mtime for path in entry_files(directory, name) if path.exists()]
     return max(times, default=0.0)
-
-
-def _remove_unless_locked(directory: Path, name: str) -> bool:
-    lock_path = directory / f"{name}.lock"
-    try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    try:
-        _remove_entry(directory, name, lock_path)
-    finally:
-        os.close(fd)
-    return True
-
-
-def _remove_entry(directory: Path, name: str, lock_path: Path) -> None:
-    """Remove entry `name`; the caller holds its lock, whose file goes last."""
-    _remove_files([*_entry_files(directory, name), lock_path])
-
-
-# ---------------------------------------------------------------- locking
-
-
-class _EntryLock:
-    """A re-entrant lock on one entry, shared by this process's threads and, via flock on a lock
-    file, by other processes."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._thread_lock = threading.RLock()
-        self._depth = 0
-        self._fd: int | None = None
-
-    def __enter__(self) -> _EntryLock:
-        self._thread_lock.acquire()
-        if self._depth == 0:
-            try:
-                self._fd = _open_locked(self.path)
-            except OSError as exc:
-                _warn_once(("unwritable", self.path.parent),
-                           f"cannot lock {self.path} ({exc}); other processes are not excluded")
-            except BaseException:  # e.g. Ctrl-C while another process compiles
-                self._thread_lock.release()
-                raise
-        self._depth += 1
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self._depth -= 1
-        if self._depth == 0 and self._fd is not None:
-            os.close(self._fd)  # releases the flock
-            self._fd = None
-        self._thread_lock.release()
-
-
-_entry_locks: dict[Path, _EntryLock] = {}
-_entry_locks_guard = threading.Lock()
-
-
-def _entry_lock(directory: Path, name: str) -> _EntryLock:
-    path = directory / f"{name}.lock"
-    with _entry_locks_guard:
-        return _entry_locks.setdefault(path, _EntryLock(path))
-
-
-def _open_locked(path: Path) -> int:
-    """Open and flock `path`, starting over if clear_cache unlinked it while we waited."""
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if os.path.samestat(os.fstat(fd), os.stat(path)):
-                return fd
-        except FileNotFoundError:
-            pass
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-
-
-# ---------------------------------------------------------------- files and permissions
-
-
-class _NotPrivate(Exception):
-    """A cache path is not owned by the current user (or root) or is writable by others."""
-
-
-def _check_path(path: Path) -> None:
-    """Refuse `path` if a directory on the way to it lets another user replace what it holds.
-
-    Symlinks are followed one at a time, so the directories holding them are checked too; the
-    walk stops at the first missing component (the rest is created by this user).
-    """
-    pending = list(path.parts[1:])
-    current = Path(path.anchor)
-    _require_safe_directory(current, os.stat(current))
-    hops = 0
-    while pending:
-        part = pending.pop(0)
-        if part in ("", "."):
-            continue
-        candidate = current.parent if part == ".." else current / part
-        try:
-            status = os.lstat(candidate)
-        except FileNotFoundError:
-            return
-        if stat.S_ISLNK(status.st_mode):
-            _require_trusted_owner(candidate, status)
-            hops += 1
-            if hops > 40:
-                raise _NotPrivate(f"too many symbolic links on the way to {path}")
-            target = Path(os.readlink(candidate))
-            if target.is_absolute():
-                current = Path(target.anchor)
-            pending[:0] = target.parts[1:] if target.is_absolute() else target.parts
-            continue
-        _require_safe_directory(candidate, status)
-        current = candidate
-
-
-def _require_safe_directory(path: Path, status: os.stat_result) -> None:
-    if not stat.S_ISDIR(status.st_mode):
-        raise NotADirectoryError(f"{path} is not a directory")
-    _require_trusted_owner(path, status)
-    if _writable_by_others(status) and not status.st_mode & stat.S_ISVTX:
-        raise _NotPrivate(f"{path} is writable by group or others (mode "
-                          f"{status.st_mode & 0o7777:o}, no sticky bit), so another user could "
-                          "replace what it holds")
-
-
-def _require_trusted_owner(path: Path, status: os.stat_result) -> None:
-    if status.st_uid not in (0, os.geteuid()):
-        raise _NotPrivate(f"{path} is owned by uid {status.st_uid}, not by uid {os.geteuid()} "
-                          "or root")
-
-
-def _writable_by_others(status: os.stat_result) -> bool:
-    if status.st_mode & stat.S_IWOTH:
-        return True
-    return bool(status.st_mode & stat.S_IWGRP) and not _group_is_private(status.st_gid)
-
-
-@functools.cache
-def _group_is_private(gid: int) -> bool:
-    """True for the current user's own group (user private groups, umask 002)."""
-    try:
-        user, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return (gid == user.pw_gid and group.gr_name == user.pw_name
-            and set(group.gr_mem) <= {user.pw_name})
-
-
-def _make_private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-
-
-def _require_private(path: Path) -> None:
-    status = os.stat(path)
-    if status.st_uid != os.geteuid():
-        raise _NotPrivate(f"{path} is owned by uid {status.st_uid}, not by uid {os.geteuid()}")
-    if _writable_by_others(status):
-        raise _NotPrivate(f"{path} is writable by group or others "
-                          f"(mode {status.st_mode & 0o777:o})")
-
-
-def _read_regular_file(path: Path, owner: int) -> bytes:
-    """The bytes of `path`, read through one descriptor: a regular file (not a symlink) owned by
-    `owner` and writable by nobody else."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise _NotPrivate(f"{path} is not a regular file")
-        if status.st_uid != owner:
-            raise _NotPrivate(f"{path} is owned by uid {status.st_uid}, not by uid {owner}")
-        if _writable_by_others(status):
-            raise _NotPrivate(f"{path} is writable by group or others "
-                              f"(mode {status.st_mode & 0o777:o})")
-        with os.fdopen(os.dup(fd), "rb") as file:
-            return file.read()
-    finally:
-        os.close(fd)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    fd, temp_name = tempfile.mkstemp(dir=path.parent, prefix=_TEMP_PREFIX)
-    try:
-        with os.fdopen(fd, "wb") as temp:
-            temp.write(data)
-            temp.flush()
-            os.fsync(temp.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp_name)
-        raise
-
-
-def _entry_names(directory: Path) -> list[str]:
-    """Entries with a module file, and machine code left without one (e.g. by an eviction)."""
-    names = {path.stem for path in directory.glob(f"{_PREFIX}*.py")}
-    for path in directory.glob(f"__pycache__/{_PREFIX}*"):
-        if match := _ENTRY_NAME.match(path.name):
-            names.add(match[1])
-    return sorted(names)
-
-
-def _entry_files(directory: Path, name: str) -> list[Path]:
-    """The module file of entry `name` and numba's files for its functions."""
-    module = directory / f"{name}.py"
-    numba_files = sorted((directory / "__pycache__").glob(f"{name}.*"))
-    return [module, *numba_files] if os.path.lexists(module) else numba_files
-
-
-def _total_size(paths) -> int:
-    total = 0
-    for path in paths:
-        with contextlib.suppress(FileNotFoundError):
-            total += path.lstat().st_size
-    return total
-
-
-def _remove_files(paths) -> None:
-    for path in paths:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-def _remove_any(path: Path) -> None:
-    """Remove `path`, a directory tree included (OSError if that is not possible)."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    else:
-        path.unlink()
-
-
-_warned: set = set()
-
-
-def _warn_once(key, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, CacheWarning, stacklevel=3)

@@ -8,18 +8,13 @@ shape () are passed as one-element vectors.
 """
 from __future__ import annotations
 
-import contextlib
-import functools
-import hashlib
-from pathlib import Path
-
 import numpy as np
 
 from . import kernels
 from .indexing import IndexMap, broadcast_map, element, loop_vars
-from .ir import BATCH, Constants, Namer, Var, literal
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck,
-                     RowNest, ScatterAdd, batched_input, gather_indices, gathers, internal_shape, loop_axes)
+from .ir import BATCH, Namer, Var, literal
+from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
+from .loopir import Acc, Alias, Gemm, Lapack, Load, Nest, RangeCheck, RowNest, ScatterAdd, batched_input, internal_shape
 from .ops import OPS
 from .plan import Plan
 from .runtime import OUT_OF_RANGE
@@ -30,146 +25,8 @@ from .source import Source
 # `reassoc` it licenses cancelling `x - x`, `x + -x` and `(x + y) - y`, which drops a NaN or inf.
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
-
-
-class Body:
-    """Renders a loop-body expression DAG as local assignments, each subexpression once."""
-
-    def __init__(self, out: Source, names: Namer, loop_vars: list[str]):
-        self.out, self.names, self.loop_vars = out, names, loop_vars
-        self.memo: dict = {}
-
-    def value(self, e) -> str:
-        if isinstance(e, Const):
-            return literal(e.value, e.dtype)
-        if e in self.memo:
-            return self.memo[e]
-        code = self.code(e)
-        name = self.memo[e] = f"t{len(self.memo)}"
-        self.out.line(f"{name} = {code}")
-        return name
-
-    def code(self, e) -> str:
-        return CODE[type(e)](self, e)
-
-    def load(self, e: Load) -> str:
-        return element(self.names.name(e.var), e.imap, self.loop_vars)
-
-    def gather(self, e: Gather) -> str:
-        indices = gather_indices(e, self.loop_vars, lambda k, p: self.value(p))
-        return f"{self.names.name(e.var)}[{', '.join(indices)}]"
-
-    def one_hot(self, e: OneHot) -> str:
-        (klass,) = e.klass.render(self.loop_vars)
-        test = f"{self.value(e.labels)} == {klass}"
-        return f"({test})" if e.dtype == np.bool_ else \
-            f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
-
-    def apply(self, e: Apply) -> str:
-        args = [self.value(a) for a in e.args]
-        return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
-
-
-# How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply}
-
-
-def loop_invariants(ins: Nest) -> list:
-    """The largest subexpressions of the nest's bodies that are the same on every iteration:
-    reads of one element (a scalar buffer) of values the nest does not write, and arithmetic on
-    them and on constants (``1 / B``). Computed once before the loops; read inside them, each
-    load would be one LLVM must assume a store may change, which keeps it from vectorising."""
-    outs = {id(v) for v in ins.outs}
-    found: dict = {}
-
-    def invariant(e) -> bool:
-        rule = INVARIANT.get(type(e))  # other kinds (a one-hot, an accumulator) never are
-        return rule is not None and rule(e, outs, invariant)
-
-    def visit(e) -> None:
-        if invariant(e):
-            if not isinstance(e, Const):
-                found[e] = None
-        else:
-            for a in e.children():
-                visit(a)
-
-    for e in [s.expr for s in ins.stores] + [a.expr for a in ins.accumulations]:
-        visit(e)
-    return list(found)
-
-
-# Which expressions are the same on every iteration of a nest writing ``outs``.
-INVARIANT = {
-    Const: lambda e, outs, invariant: True,
-    Load: lambda e, outs, invariant: id(e.var) not in outs and not any(any(row) for row in e.imap.coeffs),
-    Apply: lambda e, outs, invariant: all([invariant(a) for a in e.args]),
-}
-
-
-@contextlib.contextmanager
-def loops(out: Source, domain, names: list[str]):
-    """Nested ``for`` loops over ``domain``; what is written inside the scope is their body."""
-    with contextlib.ExitStack() as scopes:
-        for name, extent in zip(names, domain):
-            out.line(f"for {name} in range({extent}):")
-            scopes.enter_context(out.indent())
-        yield
-
-
-def run_time_extents(exprs, domain, spell) -> list:
-    """``domain`` with the extent of each loop that walks along a gathered (or scattered) row
-    spelled as that array's run-time extent. With a constant trip count LLVM unrolls such a loop
-    into scalar code, since it cannot prove that the row does not overlap what the loop writes;
-    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding).
-    ``spell(var, axis)`` is the source of that extent."""
-    extents = list(domain)
-    for g in [g for e in exprs for g in gathers(e)]:
-        for axis, (pick, offset, row) in enumerate(zip(g.picks, g.imap.offsets, g.imap.coeffs)):
-            steps = [j for j, c in enumerate(row) if c]
-            if pick is None and offset == 0 and len(steps) == 1 and row[steps[0]] == 1 \
-                    and isinstance(domain[steps[0]], int) and g.var.shape[axis] == domain[steps[0]]:
-                extents[steps[0]] = spell(g.var, axis)
-    return extents
-
-
-@contextlib.contextmanager
-def hoisting_loops(out: Source, body: Body, exprs, domain, order: list[int], opened=()):
-    """Nested loops over the axes ``order`` of ``domain`` (outermost first; the axes ``opened`` are
-    open already). Where loops remain inside, the largest subexpressions of ``exprs`` that depend
-    only on the open loops are computed first (a gathered row's index, once per row rather than
-    once per element: LLVM would not hoist it itself, as a store in the loop might change it)."""
-    opened = list(opened)
-    with contextlib.ExitStack() as scopes:
-        for k in [None] + list(order):
-            if k is not None:
-                out.line(f"for {body.loop_vars[k]} in range({domain[k]}):")
-                scopes.enter_context(out.indent())
-                opened.append(k)
-            if opened and len(opened) < len(domain):
-                for e in exprs:
-                    hoist(body, e, frozenset(opened))
-        yield
-
-
-def hoist(body: Body, e, opened: frozenset) -> None:
-    """Compute ``e`` now if it depends only on the ``opened`` loops, else its largest parts that do."""
-    axes = loop_axes(e)
-    if axes is not None and axes <= opened:
-        body.value(e)
-    else:
-        for child in e.children():
-            hoist(body, child, opened)
-
-
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
-
-
-@functools.cache
-def kernels_digest() -> str:
-    """A digest of ``morphjit/lapack.py``, whose kernels a cached step has compiled in."""
-    return hashlib.sha256((Path(__file__).parent / "lapack.py").read_bytes()).hexdigest()[:16]
 
 
 class Writer:
@@ -257,7 +114,7 @@ class Writer:
                    for a in accs]
         if not in_registers:
             for a in accs:
-                self.fill_loop(a.out, literal(OPS[a.op].init, a.out.dtype))
+                self.fill_loop(a.out, literal(OPS[a.op].start(a.out.dtype), a.out.dtype))
         outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
         body = Body(out, self.names, idx)
         for e in loop_invariants(ins):
@@ -270,7 +127,7 @@ class Writer:
                 self.iteration(ins, body, idx, accumulators)
             else:
                 for acc, a in zip(accumulators, accs):
-                    out.line(f"{acc} = {literal(OPS[a.op].init, a.out.dtype)}")
+                    out.line(f"{acc} = {literal(OPS[a.op].start(a.out.dtype), a.out.dtype)}")
                 with hoisting_loops(out, body, exprs, domain, list(axes), outer + list(range(bound))):
                     self.iteration(ins, body, idx, accumulators)
                 for acc, a, target in zip(accumulators, accs, targets):
@@ -300,7 +157,7 @@ class Writer:
         across = [a for part in ins.parts for a in part.accumulations if min(a.axes) < p]
         names = {id(a): f"racc{k}" for k, a in enumerate(across)}
         for a in across:
-            out.line(f"{names[id(a)]} = {literal(OPS[a.op].init, a.out.dtype)}")
+            out.line(f"{names[id(a)]} = {literal(OPS[a.op].start(a.out.dtype), a.out.dtype)}")
         with loops(out, ins.prefix, idx):
             for part in ins.parts:
                 if any(id(a) in names for a in part.accumulations):
@@ -373,11 +230,12 @@ class StepWriter(Writer):
         out.line("import numba")
         out.line("from morphjit import kernels")
         out.line("from morphjit import vecmath as vm")
+        out.line(f"from morphjit import npymath as npm  # {kernels.source_digest('npymath')}")
         if any(ins.kind == "check" for ins in self.plan.instructions):
             out.line("from morphjit import runtime as rt")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
             # The kernels' digest makes the text, and so the disk-cache key, change with them.
-            out.line(f"import morphjit.lapack as lapack  # kernels {kernels_digest()}")
+            out.line(f"import morphjit.lapack as lapack  # kernels {kernels.source_digest('lapack')}")
         calls = self.kernels()
         out.line("")
         out.line("")

@@ -2,7 +2,7 @@
 ``dask.distributed`` cluster (``pip install 'morphjit[dask]'``).
 
 Dask does the scheduling, the transport and the fault handling; morphjit only ships the user's
-function and runs its compiled step on the workers.
+function and runs its compiled step on the workers (what runs there is in ``dask_worker.py``).
 
 * ``dataset_loss(loss, *data, reduction="mean")``: the loss and gradients over the whole data
   set. Each chunk along the batch axis runs through the compiled step on the worker that holds
@@ -19,49 +19,29 @@ the same arithmetic in the same order, so the result does not change.
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import threading
-from dataclasses import dataclass
 
 import numpy as np
 
 try:
-    import cloudpickle
+    import cloudpickle  # noqa: F401 (dask_worker's; checked here with the others)
     import dask.array as da
     import distributed
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("mj.dask needs dask and distributed: pip install 'morphjit[dask]'") from error
 
 from . import pytree
-from .compiler import CompiledLoss, compile_loss
-from .errors import MorphjitError
+from .dask_worker import (ROWS_PER_CALL, Shipped, VersionMismatch, add_parts, apply_update,
+                          averaged_replica, chunk_part, identity, local_part, loss_of, mismatch,
+                          replica_part, versions, worker_cache_info)
 from .optim import Optimizer
-from .train import TrainStep, train_step
+
 
 REDUCTIONS = ("mean", "sum")
-VERSIONED = ("morphjit", "numba", "numpy")
-
-
-class VersionMismatch(MorphjitError):
-    """A worker runs other versions of morphjit, numba or numpy than the client."""
 
 
 # ---------------------------------------------------------------------------------------------
-# Versions: checked once per client connection, and again by a worker before it compiles
-
-def versions() -> dict[str, str]:
-    """The versions of the packages a compiled step depends on, in this process."""
-    from . import __version__
-    import numba
-    return {"morphjit": __version__, "numba": numba.__version__, "numpy": np.__version__}
-
-
-def mismatch(expected: dict, found: dict) -> str | None:
-    diffs = [f"{name} {found.get(name)} (client {expected[name]})" for name in VERSIONED
-             if found.get(name) != expected[name]]
-    return ", ".join(diffs) or None
-
+# Versions: checked once per client connection
 
 _checked_clients: set = set()
 
@@ -93,113 +73,7 @@ def connected_client(client=None):
 
 
 # ---------------------------------------------------------------------------------------------
-# The function shipped to the workers, compiled once per worker
-
-@dataclass(frozen=True)
-class Shipped:
-    """The user's loss function as the workers receive it: cloudpickled once on the client,
-    named by a token (the hash of its bytes and compile options)."""
-
-    payload: bytes
-    options: dict       # compile_loss's keyword arguments: backend, cache, static_shapes
-    versions: dict
-    token: str
-
-    @classmethod
-    def of(cls, loss) -> "Shipped":
-        if isinstance(loss, CompiledLoss):
-            if loss.argnums != 0:
-                raise ValueError("mj.dask differentiates the first argument (params); compile the "
-                                 "loss with argnums=0")
-            fn = loss.fn
-            options = {"backend": loss.backend, "cache": loss.cache, "static_shapes": loss.static_shapes}
-        elif callable(loss):
-            fn, options = loss, {}
-        else:
-            raise TypeError(f"loss must be a function or mj.compile_loss of one, got {type(loss).__name__}")
-        payload = cloudpickle.dumps(fn)
-        token = hashlib.sha256(payload + repr(sorted(options.items())).encode()).hexdigest()[:24]
-        return cls(payload, options, versions(), token)
-
-
-_compiled: dict = {}              # on a worker: (token, kind) -> compiled loss or optimiser state
-_compiled_lock = threading.Lock()
-
-
-def compiled(shipped: Shipped, key, make):
-    """This process's ``make(fn)`` of the shipped function under ``key``: made once (after the
-    version check), then reused for every chunk and step."""
-    with _compiled_lock:
-        made = _compiled.get(key)
-        if made is None:
-            problem = mismatch(shipped.versions, versions())
-            if problem:
-                raise VersionMismatch(f"this worker runs {problem}; install the client's versions")
-            made = _compiled[key] = make(unpickled(shipped.payload))
-        return made
-
-
-def compiled_loss(shipped: Shipped) -> CompiledLoss:
-    return compiled(shipped, shipped.token, lambda fn: compile_loss(fn, **shipped.options))
-
-
-def compiled_train_step(shipped: Shipped, optimizer: Optimizer) -> TrainStep:
-    """The learning rate is passed at each call, so optimisers differing only in it share a step."""
-    return compiled(shipped, (shipped.token, optimizer.key()),
-                    lambda fn: train_step(fn, optimizer, **shipped.options))
-
-
-def unpickled(payload: bytes):
-    try:
-        return cloudpickle.loads(payload)
-    except ModuleNotFoundError as error:
-        raise ModuleNotFoundError(
-            f"this worker cannot import {error.name!r}, where the loss function is defined; define it in "
-            f"your script or notebook (shipped by value), install that module on the workers, or call "
-            f"cloudpickle.register_pickle_by_value({error.name}) on the client") from error
-
-
-def worker_cache_info(token: str):
-    """On a worker: the cache info of its compiled loss for ``token`` (None if it has none)."""
-    loss = _compiled.get(token)
-    return None if loss is None else loss.cache_info()
-
-
-# ---------------------------------------------------------------------------------------------
-# Tasks (run on the workers); a part is (weighted loss, list of weighted gradient leaves)
-
-ROWS_PER_CALL = 8192
-
-
-def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, *blocks):
-    """The loss and gradients of one chunk, each piece of ``rows_per_call`` rows weighted by its
-    rows times ``row_weight`` (a mean-type loss), or added (``None``: a sum over rows). Pieces
-    that fit in the cache are read from memory once for the forward and backward passes."""
-    loss = compiled_loss(shipped)
-    rows = len(blocks[0])
-    step = rows_per_call or rows
-    parts = []
-    for start in range(0, max(rows, 1), step):
-        piece = [b[start:start + step] for b in blocks]
-        weight = 1.0 if row_weight is None else len(piece[0]) * row_weight
-        value, grads = loss(params, *piece)
-        parts.append((weight * float(value), [np.asarray(g * g.dtype.type(weight)) for g in pytree.flatten(grads)[0]]))
-    return add_parts(*parts)
-
-
-def add_parts(*parts):
-    """The sum of several parts, in the order given (so a recomputation repeats it bit for bit)."""
-    value, grads = parts[0][0], [np.array(g, copy=True) for g in parts[0][1]]   # 0-d stay arrays
-    for other_value, other_grads in parts[1:]:
-        value += other_value
-        for g, h in zip(grads, other_grads):
-            np.add(g, h, out=g)
-    return value, grads
-
-
-def identity(x):
-    return x
-
+# The shipped function and the parts, on the cluster
 
 def ship(client, shipped: Shipped):
     """A future of ``shipped`` on the cluster: each worker fetches it once and keeps it."""
@@ -370,66 +244,6 @@ class FlatObjective:
 
 # ---------------------------------------------------------------------------------------------
 # Data-parallel training
-
-def minibatch_rows(seed: int, shard: int, step: int, rows: int, batch_size: int | None) -> np.ndarray | None:
-    """The rows of a shard in a step's minibatch (None: the whole shard)."""
-    if batch_size is None or batch_size >= rows:
-        return None
-    return np.sort(np.random.default_rng([seed, shard, step]).choice(rows, batch_size, replace=False))
-
-
-def replica_part(shipped: Shipped, replica, treedef, row_weight, seed, shard, step, batch_size, *blocks):
-    """A replica's weighted loss and gradients on its shard's minibatch of ``step``."""
-    rows = minibatch_rows(seed, shard, step, len(blocks[0]), batch_size)
-    if rows is not None:
-        blocks = [b[rows] for b in blocks]
-    return chunk_part(shipped, pytree.unflatten(treedef, replica[0]), row_weight, ROWS_PER_CALL, *blocks)
-
-
-def apply_update(optimizer: Optimizer, replica, averaged):
-    """A replica after the optimiser's update with the averaged gradients (new arrays)."""
-    params, slots, step = replica
-    grads = averaged[1]
-    lr = optimizer.learning_rate(step)
-    new_params, new_slots = [], {name: [] for name in optimizer.state_names}
-    for k, (p, g) in enumerate(zip(params, grads)):
-        scalars = tuple(p.dtype.type(s) for s in optimizer.scalars(step, lr))
-        new_p, updated = optimizer.update(p, g, {name: slots[name][k] for name in optimizer.state_names}, scalars)
-        new_params.append(np.array(new_p, p.dtype, order="C"))
-        for name in optimizer.state_names:
-            new_slots[name].append(np.array(updated[name], p.dtype, order="C"))
-    return new_params, new_slots, step + 1
-
-
-def local_part(shipped: Shipped, optimizer: Optimizer, replica, treedef, weight, seed, shard, batch_size,
-               local_steps, *blocks):
-    """A replica after ``local_steps`` training steps on its shard's minibatches, as a part: the
-    weighted mean loss, and the weighted parameters and optimiser slots (the replica's own arrays
-    are left as they are: they are a task's result)."""
-    train = compiled_train_step(shipped, optimizer)
-    leaves, slots, first = replica
-    copied = lambda arrays: pytree.unflatten(treedef, [np.array(x, copy=True) for x in arrays])  # noqa: E731
-    params = copied(leaves)
-    state = {"step": np.array(first, np.int64), **{name: copied(slots[name]) for name in optimizer.state_names}}
-    losses = []
-    for step in range(first, first + local_steps):
-        rows = minibatch_rows(seed, shard, step, len(blocks[0]), batch_size)
-        batch = blocks if rows is None else [b[rows] for b in blocks]
-        losses.append(float(train(params, state, *batch, lr=optimizer.learning_rate(step))))
-    arrays = pytree.flatten(params)[0] + [x for name in optimizer.state_names for x in pytree.flatten(state[name])[0]]
-    return weight * float(np.mean(losses)), [np.asarray(x * x.dtype.type(weight)) for x in arrays]
-
-
-def averaged_replica(averaged, slot_names, step):
-    """The replica made of an averaged part of ``local_part``s."""
-    arrays = averaged[1]
-    n = len(arrays) // (1 + len(slot_names))
-    return arrays[:n], {name: arrays[n * (i + 1):n * (i + 2)] for i, name in enumerate(slot_names)}, step
-
-
-def loss_of(part) -> float:
-    return part[0]
-
 
 def shard_sizes(rows: int, shards: int) -> tuple[int, ...]:
     """``rows`` cut into ``shards`` consecutive shards whose sizes differ by at most one."""

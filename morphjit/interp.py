@@ -16,6 +16,7 @@ from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
 from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck, RowNest,
                      ScatterAdd)
 from .ops import OPS
+from .plan import range_checks
 
 
 def run(program: Program, *args) -> list[np.ndarray]:
@@ -25,6 +26,10 @@ def run(program: Program, *args) -> list[np.ndarray]:
     env = {id(v): np.asarray(a, v.dtype) for v, a in zip(program.inputs, args)}
     env.update((id(v), value) for v, value in program.consts)
     batch = batch_size(program.inputs, [env[id(v)] for v in program.inputs])
+    checks = range_checks(program)   # the compiled step's, with its messages
+    for check in checks:
+        if id(check.values) in env:
+            check_range(env[id(check.values)], check, batch)
     with np.errstate(all="ignore"):  # inf and nan flow through as in compiled code
         for b in program.bindings:
             operands = [np.asarray(x.value, x.dtype) if isinstance(x, Lit) else env[id(x)] for x in b.inputs]
@@ -33,6 +38,9 @@ def run(program: Program, *args) -> list[np.ndarray]:
                 raise AssertionError(f"{format_binding(b, Namer())}: reference gave "
                                      f"{result.dtype}{list(result.shape)}")
             env[id(b.out)] = result
+            for check in checks:
+                if check.values is b.out:
+                    check_range(result, check, batch)
     return [np.array(env[id(v)], copy=True) for v in program.outputs]
 
 
@@ -69,7 +77,13 @@ class Machine:
 
 
 def _check_range(m: Machine, ins: RangeCheck) -> None:
-    values, extent = m.buffer(ins.values), evaluate(ins.extent, m.batch)
+    check_range(m.buffer(ins.values), ins, m.batch)
+
+
+def check_range(values: np.ndarray, ins: RangeCheck, batch) -> None:
+    """Raise the range check's error (naming the argument, as the compiled step does) for the
+    first value of ``values`` outside its range."""
+    extent = evaluate(ins.extent, batch)
     low = -extent if ins.negative else 0
     bad = np.argwhere((values < low) | (values >= extent))
     if len(bad):
@@ -136,9 +150,9 @@ def _affine(imap, domain) -> list[np.ndarray]:
 
 def _evaluate(expr, domain, buffer, known, batch, acc=None) -> np.ndarray:
     """A loop body evaluated at every point of the domain at once."""
-    if expr in known:
-        return known[expr]
-    return EVALUATE[type(expr)](expr, domain, buffer, known, batch, acc)
+    if expr not in known:   # each node of the body's DAG once
+        known[expr] = EVALUATE[type(expr)](expr, domain, buffer, known, batch, acc)
+    return known[expr]
 
 
 def _load(expr: Load, domain, buffer, known, batch, acc) -> np.ndarray:

@@ -15,16 +15,27 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from llvmlite import binding as llvm
 from numba import types
 
 from . import cache as disk_cache
 
-HEADER = "import math\nimport numpy as np\nimport numba\nfrom morphjit import vecmath as vm\n\n\n"
+
+@functools.cache
+def source_digest(module: str) -> str:
+    """A digest of ``morphjit/<module>.py``, whose numba functions a cached step or kernel has
+    compiled in (numba's cache does not notice when a called function changes; the text must)."""
+    return hashlib.sha256((Path(__file__).parent / f"{module}.py").read_bytes()).hexdigest()[:16]
+
+
+HEADER = ("import math\nimport numpy as np\nimport numba\nfrom morphjit import vecmath as vm\n"
+          f"from morphjit import npymath as npm  # {source_digest('npymath')}\n\n\n")
 NAME = "kernel"   # the function a kernel's source defines
 
 

@@ -86,36 +86,37 @@ def cholesky(a, out):
 @numba.njit(**JIT)
 def solve_triangular(a, b, out, lower, trans):
     """``out`` = op(a)^-1 b for triangular ``a`` (op a transpose where ``trans``)."""
-    n, k = b.shape
-    for i in range(n):
+    for i in range(a.shape[0]):
         if a[i, i] == 0:
             raise np.linalg.LinAlgError("singular matrix: a diagonal element of the triangular matrix is zero")
-    out[...] = b
-    flags = _characters("R", "U" if lower else "L", "T" if trans else "N", "N")
-    ints = _integers(k, n, n, k)
-    one = np.ones(1, out.dtype)
-    if out.itemsize == 8:
-        _dtrsm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
-               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
-    else:
-        _strsm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
-               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+    _triangular(a, b, out, lower, trans, True)
 
 
 @numba.njit(**JIT)
 def triangular_matmul(a, b, out, lower, trans):
     """``out`` = op(a) b reading one triangle of ``a`` (BLAS trmm: half a GEMM's work)."""
+    _triangular(a, b, out, lower, trans, False)
+
+
+@numba.njit(**JIT)
+def _triangular(a, b, out, lower, trans, solve):
+    """``out`` = op(a)^-1 b (BLAS trsm, where ``solve``) or op(a) b (trmm), computed in place in a
+    copy of ``b`` (a right-side call on the transposes, see above)."""
     n, k = b.shape
     out[...] = b
     flags = _characters("R", "U" if lower else "L", "T" if trans else "N", "N")
     ints = _integers(k, n, n, k)
     one = np.ones(1, out.dtype)
-    if out.itemsize == 8:
-        _dtrmm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
-               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+    args = (flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
+            ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+    if solve and out.itemsize == 8:
+        _dtrsm(*args)
+    elif solve:
+        _strsm(*args)
+    elif out.itemsize == 8:
+        _dtrmm(*args)
     else:
-        _strmm(flags[0:].ctypes, flags[1:].ctypes, flags[2:].ctypes, flags[3:].ctypes, ints[0:].ctypes,
-               ints[1:].ctypes, one.ctypes, a.ctypes, ints[2:].ctypes, out.ctypes, ints[3:].ctypes)
+        _strmm(*args)
 
 
 @numba.njit(**JIT)

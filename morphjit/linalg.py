@@ -20,6 +20,7 @@ NumPy does; NaN input gives NaN results, as in NumPy.
 """
 from __future__ import annotations
 
+import sys
 from collections import namedtuple
 
 import numpy as np
@@ -28,8 +29,9 @@ import scipy.linalg
 from . import array_api as A
 from .errors import DtypeError, ShapeError, UnsupportedError, user_location
 from .ir import TensorType, is_float
+from .numpy_index import getitem
 from .ops import LINALG, OPS, broadcast_shapes, defop, same_dtype
-from .trace import Tracer
+from .trace import TWIN_NAMESPACES, Tracer
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
@@ -170,7 +172,7 @@ def _det_vjp(g, ans, a):
 
 
 def _slogdet_vjp(g, ans, a):
-    glog = A.getitem(g, (Ellipsis, slice(1, 2), None))   # the sign is piecewise constant
+    glog = getitem(g, (Ellipsis, slice(1, 2), None))   # the sign is piecewise constant
     return (glog * A.swap_last(inv(a)),)
 
 
@@ -178,8 +180,8 @@ def _eigh_vjp(g, ans, a):
     """abar = V (diag(gw) + F * (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal (0 where
     they are equal); then symmetrised (eigh reads one triangle of a symmetric matrix)."""
     n = a.shape[-1]
-    w, v = A.getitem(ans, (Ellipsis, 0, slice(None))), A.getitem(ans, (Ellipsis, slice(1, None), slice(None)))
-    gw, gv = A.getitem(g, (Ellipsis, 0, slice(None))), A.getitem(g, (Ellipsis, slice(1, None), slice(None)))
+    w, v = getitem(ans, (Ellipsis, 0, slice(None))), getitem(ans, (Ellipsis, slice(1, None), slice(None)))
+    gw, gv = getitem(g, (Ellipsis, 0, slice(None))), getitem(g, (Ellipsis, slice(1, None), slice(None)))
     gap = A.expand_dims(w, -2) - A.expand_dims(w, -1)
     f = A.where(gap == 0.0, 0.0, 1.0 / A.where(gap == 0.0, 1.0, gap))
     inner = A.expand_dims(gw, -1) * np.eye(n, dtype=a.dtype) + f * (A.swap_last(v) @ gv)
@@ -189,10 +191,10 @@ def _eigh_vjp(g, ans, a):
 def _qr_vjp(g, ans, a):
     """Reduced QR, m >= n: abar = (gQ + Q copyltu(M)) R^-T, M = R gR^T - gQ^T Q."""
     m, n = a.shape[-2:]
-    q = A.swap_last(A.getitem(ans, (Ellipsis, slice(None), slice(0, m))))
-    r = A.getitem(ans, (Ellipsis, slice(None), slice(m, m + n)))
-    gq = A.swap_last(A.getitem(g, (Ellipsis, slice(None), slice(0, m))))
-    gr = A.getitem(g, (Ellipsis, slice(None), slice(m, m + n)))
+    q = A.swap_last(getitem(ans, (Ellipsis, slice(None), slice(0, m))))
+    r = getitem(ans, (Ellipsis, slice(None), slice(m, m + n)))
+    gq = A.swap_last(getitem(g, (Ellipsis, slice(None), slice(0, m))))
+    gr = getitem(g, (Ellipsis, slice(None), slice(m, m + n)))
     mm = r @ A.swap_last(gr) - A.swap_last(gq) @ q
     copyltu = _tril(mm) + A.swap_last(_tril(mm, -1))
     rhs = gq + q @ copyltu
@@ -316,7 +318,7 @@ def det(a):
 def slogdet(a):
     """``np.linalg.slogdet``: ``(sign, logabsdet)``, differentiable in ``logabsdet``."""
     packed = _apply("slogdet", [_matrix("slogdet", a)])
-    return SlogdetResult(A.getitem(packed, (Ellipsis, 0)), A.getitem(packed, (Ellipsis, 1)))
+    return SlogdetResult(getitem(packed, (Ellipsis, 0)), getitem(packed, (Ellipsis, 1)))
 
 
 def eigh(a, UPLO="L"):
@@ -324,8 +326,8 @@ def eigh(a, UPLO="L"):
     if UPLO != "L":
         raise UnsupportedError("eigh(UPLO='U') is not supported: pass the symmetric matrix", user_location())
     packed = _apply("eigh", [_matrix("eigh", a)])
-    return EighResult(A.getitem(packed, (Ellipsis, 0, slice(None))),
-                      A.getitem(packed, (Ellipsis, slice(1, None), slice(None))))
+    return EighResult(getitem(packed, (Ellipsis, 0, slice(None))),
+                      getitem(packed, (Ellipsis, slice(1, None), slice(None))))
 
 
 def eigvalsh(a, UPLO="L"):
@@ -340,8 +342,8 @@ def qr(a, mode="reduced"):
     a = _matrix("qr", a)
     packed = _apply("qr", [a])
     m, n = a.shape[-2:]
-    return QRResult(A.swap_last(A.getitem(packed, (Ellipsis, slice(None), slice(0, m)))),
-                    A.getitem(packed, (Ellipsis, slice(None), slice(m, m + n))))
+    return QRResult(A.swap_last(getitem(packed, (Ellipsis, slice(None), slice(0, m)))),
+                    getitem(packed, (Ellipsis, slice(None), slice(m, m + n))))
 
 
 def lstsq(a, b, rcond=None):
@@ -353,7 +355,7 @@ def lstsq(a, b, rcond=None):
     x = _apply("solve_triangular", [r, A.swap_last(q) @ b], lower=False, trans=False)
     m, n = a.shape[-2:]
     residuals = A.sum((a @ x - b) ** 2, axis=-2) if m > n else np.zeros((0,), a.dtype)
-    s = A.sqrt(A.getitem(eigvalsh(A.swap_last(r) @ r), (Ellipsis, slice(None, None, -1))))
+    s = A.sqrt(getitem(eigvalsh(A.swap_last(r) @ r), (Ellipsis, slice(None, None, -1))))
     return _column_back(x, vector), residuals, n, s
 
 
@@ -383,3 +385,6 @@ A.FUNCTIONS.update({
     np.linalg.slogdet: slogdet, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.qr: qr,
     np.linalg.lstsq: lstsq, np.linalg.pinv: pinv,
 })
+
+
+TWIN_NAMESPACES["scipy.linalg"] = ("mj.linalg", sys.modules[__name__])

@@ -7,6 +7,9 @@ need not know the node kinds. Instructions (``Gemm``, ``Lapack``, ``Nest``, ``Ro
 they run (``nests()``); ``kind`` names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
 each dispatch on the node class through one table, so a new kind is a class here plus one handler
 per table.
+
+One module by design: the node and instruction types, their walks and the plan printer are the
+vocabulary every consumer of a plan shares.
 """
 from __future__ import annotations
 
@@ -63,6 +66,19 @@ class Apply:
     def rebuild(self, children: tuple) -> Apply:
         return Apply(self.op, tuple(children), self.params, self.dtype)
 
+    def __hash__(self) -> int:
+        return self._hash
+
+    @functools.cached_property
+    def _hash(self) -> int:
+        # once per node: a body is a DAG (a Newton step reads its input several times), and
+        # hashing it as a tree on every dictionary lookup takes exponential time
+        return hash((self.op, self.args, self.params, self.dtype))
+
+    def __getstate__(self) -> dict:
+        # without the cached hash: a string's hash differs from one process to the next
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 @dataclass(frozen=True)
 class OneHot:
@@ -101,11 +117,16 @@ class Gather:
 Expr = Union[Load, Gather, Const, Acc, Apply, OneHot]
 
 
-def walk(expr) -> Iterator:
-    """Every node of ``expr``, parents before children (a shared node once per path to it)."""
+def walk(expr, seen=None) -> Iterator:
+    """Every node of ``expr`` once, parents before children (a body is a DAG: once per path to a
+    node would be exponentially many)."""
+    seen = set() if seen is None else seen
+    if id(expr) in seen:
+        return
+    seen.add(id(expr))
     yield expr
     for child in expr.children():
-        yield from walk(child)
+        yield from walk(child, seen)
 
 
 def loads(expr) -> list[Load | Gather]:
@@ -133,11 +154,17 @@ def loop_axes(expr) -> frozenset[int] | None:
     return frozenset(axes)
 
 
-def replace_loads(expr, var, by):
-    """``expr`` with every load of ``var`` replaced by ``by``."""
-    if isinstance(expr, Load):
-        return by if expr.var is var else expr
-    return expr.rebuild(tuple(replace_loads(c, var, by) for c in expr.children()))
+def replace_loads(expr, var, by, done=None):
+    """``expr`` with every load of ``var`` replaced by ``by`` (a shared node rebuilt once)."""
+    done = {} if done is None else done
+    if id(expr) not in done:
+        if isinstance(expr, Load):
+            done[id(expr)] = by if expr.var is var else expr
+        else:
+            old = expr.children()
+            new = tuple(replace_loads(c, var, by, done) for c in old)
+            done[id(expr)] = expr if all(a is b for a, b in zip(new, old)) else expr.rebuild(new)
+    return done[id(expr)]
 
 
 # ---------------------------------------------------------------------------------------------

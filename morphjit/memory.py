@@ -80,23 +80,27 @@ def in_place_donor(ins, out: Var, dying: list[Var], plan) -> Var | None:
     return None
 
 
+def can_write_in_place(plan, src: Var, dst: Var) -> bool:
+    """Whether ``dst`` can be written over ``src``: it is written by a loop nest (or a part of a
+    row nest) that reads ``src`` only at the element it writes (earlier parts of a row nest: only
+    in the same row), and nothing later reads ``src``."""
+    writer = next(t for t, ins in enumerate(plan.instructions) if dst in ins.outs)
+    ins = plan.instructions[writer]
+    later = [plan.buffer_of(v) for i in plan.instructions[writer + 1:] for v in i.reads()]
+    parts = ins.nests()
+    p = len(ins.prefix) if isinstance(ins, RowNest) else 0
+    reads = [(k, x) for k, part in enumerate(parts) for x in part.loads() if plan.buffer_of(x.var) is src]
+    safe = any(all(s.out_map.is_identity() for s in part.stores if s.out is dst) and dst in part.outs
+               and all(x.imap.is_identity_on(part.domain) if k == w else k < w and same_row(x.imap, p)
+                       for k, x in reads)
+               for w, part in enumerate(parts))
+    return safe and not any(v is src for v in later)
+
+
 def write_in_place(plan, pairs) -> None:
-    """Let each ``(input, output)`` pair share memory (a parameter updated in place), after
-    checking that the output is written by a loop nest (or a part of a row nest) that reads the
-    input only at the element it writes (earlier parts of a row nest: only in the same row), and
-    that nothing later reads the input."""
+    """Let each ``(input, output)`` pair share memory (a parameter updated in place)."""
     for src, dst in pairs:
-        writer = next(t for t, ins in enumerate(plan.instructions) if dst in ins.outs)
-        ins = plan.instructions[writer]
-        later = [plan.buffer_of(v) for i in plan.instructions[writer + 1:] for v in i.reads()]
-        parts = ins.nests()
-        p = len(ins.prefix) if isinstance(ins, RowNest) else 0
-        reads = [(k, x) for k, part in enumerate(parts) for x in part.loads() if plan.buffer_of(x.var) is src]
-        safe = any(all(s.out_map.is_identity() for s in part.stores if s.out is dst) and dst in part.outs
-                   and all(x.imap.is_identity_on(part.domain) if k == w else k < w and same_row(x.imap, p)
-                           for k, x in reads)
-                   for w, part in enumerate(parts))
-        if any(v is src for v in later) or not safe:
+        if not can_write_in_place(plan, src, dst):
             raise AssertionError(f"the plan cannot update {src} in place:\n{plan}")
         plan.written_over[id(dst)] = src
 

@@ -80,17 +80,18 @@ def _heaviside_template(K, x, h):
     return f"({h} if {x} == {K(0)} else ({x} if {x} != {x} else ({K(0)} if {x} < {K(0)} else {K(1)})))"
 
 
+def _npymath_template(name: str):
+    """NumPy's division routines in morphjit/npymath.py (numba's differ at the edges)."""
+    return lambda K, a, b: f"npm.{name}_{K.dtype.name}({a}, {b})"
+
+
 def _fmod_template(K, a, b):
-    if K.dtype.kind == "f":
-        return f"np.fmod({a}, {b})"
-    # numba's integer np.fmod disagrees with NumPy's: C's truncated remainder, 0 for a zero divisor.
-    # The floored remainder has the divisor's sign; where it differs from the dividend's, step back.
-    r, zero = f"({a} % {b})", K(0)
-    return (f"({zero} if {b} == {zero} else ({r} - {b} if {r} != {zero} and ({r} < {zero}) != ({a} < {zero}) "
-            f"else {r}))")
+    # numba's float fmod is C's, as NumPy's; its integer one differs from NumPy's
+    return f"np.fmod({a}, {b})" if K.dtype.kind == "f" else _npymath_template("fmod")(K, a, b)
 
 
-TEMPLATES = {"heaviside": _heaviside_template, "fmod": _fmod_template}
+TEMPLATES = {"heaviside": _heaviside_template, "fmod": _fmod_template,
+             "floor_divide": _npymath_template("floor_divide"), "remainder": _npymath_template("remainder")}
 
 for _name, _ufunc, _vjp, _kinds, _cost in UNARY + BINARY:
     elementwise(_name, _ufunc, TEMPLATES.get(_name, _numpy_template(_name)), _vjp, kinds=_kinds, cost=_cost)

@@ -15,6 +15,7 @@ from . import array_api as A
 from . import numpy_ext as X
 from .errors import ShapeError, UnsupportedError, user_location
 from .ir import Sym
+from .numpy_index import getitem
 from .ops import REDUCE, defop, expand_back, keepdims_shape, reduction_rule
 
 
@@ -158,7 +159,7 @@ def _shifted(a, axis, shift, fill):
     """``a`` moved ``shift`` places along ``axis``, ``fill`` coming in at the start."""
     head_shape = tuple(shift if k == axis else d for k, d in enumerate(a.shape))
     keep = tuple(slice(None) if k != axis else slice(0, a.shape[axis] - shift) for k in range(a.ndim))
-    return A.concatenate([A.full(head_shape, fill, a.dtype, like=A.trace_of([a])), A.getitem(a, keep)], axis=axis)
+    return A.concatenate([A.full(head_shape, fill, a.dtype, like=A.trace_of([a])), getitem(a, keep)], axis=axis)
 
 
 def cumsum(a, axis=None, dtype=None, out=None):

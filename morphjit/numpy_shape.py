@@ -13,6 +13,7 @@ import numpy as np
 
 from . import array_api as A
 from .errors import ShapeError, UnsupportedError, user_location
+from .numpy_index import getitem
 from .ops import broadcast_shapes
 
 
@@ -76,7 +77,7 @@ def _along(a, axis: int, start, stop, step=1):
     """``a[..., start:stop:step, ...]`` on ``axis``; a negative stop means "past the start"."""
     stop = None if stop < 0 else stop
     key = tuple(slice(start, stop, step) if k == axis else slice(None) for k in range(a.ndim))
-    return A.getitem(a, key)
+    return getitem(a, key)
 
 
 def array_split(ary, indices_or_sections, axis=0):
@@ -118,7 +119,7 @@ def moveaxis(a, source, destination):
 def flip(m, axis=None):
     m = A.as_array(m)
     axes = A.normalize_axes("flip", axis, m.ndim)
-    return A.getitem(m, tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(m.ndim)))
+    return getitem(m, tuple(slice(None, None, -1) if k in axes else slice(None) for k in range(m.ndim)))
 
 
 def fliplr(m):

@@ -75,6 +75,17 @@ class Op:
     def differentiable(self) -> bool:
         return self.vjp is not None
 
+    def start(self, dtype) -> float | int | bool:
+        """A reduction's first accumulator value in ``dtype``: an infinite ``init`` (max, min) is
+        the dtype's extreme value where it has no infinity (integers, booleans)."""
+        dtype = np.dtype(dtype)
+        if dtype.kind == "f" or np.isfinite(self.init):
+            return self.init
+        if dtype == np.bool_:
+            return bool(self.init > 0)
+        info = np.iinfo(dtype)
+        return int(info.max) if self.init > 0 else int(info.min)
+
 
 OPS: dict[str, Op] = {}
 

@@ -15,7 +15,7 @@ import numpy as np
 from .indexing import IndexMap
 from .ir import Namer, Program, Sym, Var
 from .loopir import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
-from .memory import Slot, assign_slots, write_in_place  # noqa: F401  (train.py takes it from here)
+from .memory import Slot, assign_slots, can_write_in_place, write_in_place  # noqa: F401  (train.py takes them from here)
 from .ops import COMPOSITE, OPS, VIEW
 from .selection import Selector
 
@@ -60,14 +60,15 @@ class Plan:
         return describe_plan(self)
 
 
-def make_plan(program: Program) -> Plan:
-    """Select instructions for ``program`` (lowered and optimised) and plan their buffers."""
+def make_plan(program: Program, copied: frozenset[int] = frozenset()) -> Plan:
+    """Select instructions for ``program`` (lowered and optimised) and plan their buffers; the
+    outputs whose ids are ``copied`` are computed into a buffer of the pool, then copied."""
     composite = sorted({b.op for b in program.bindings if OPS[b.op].kind == COMPOSITE})
     if composite:
         raise ValueError(f"make_plan needs a lowered program; {', '.join(composite)} must be lowered first")
     selector = Selector(program)
     instructions = selector.instructions()
-    outputs, copies = private_outputs(program, selector.fusion.aliases)
+    outputs, copies = private_outputs(program, selector.fusion.aliases | copied)
     plan = Plan(program, program.inputs, program.consts, outputs, with_range_checks(program, instructions) + copies)
     assign_slots(plan)
     return plan

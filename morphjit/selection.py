@@ -29,14 +29,19 @@ class Selector:
     def __init__(self, program: Program):
         self.fusion = Fusion(program)
         self.producer = self.fusion.producer
+        self.built: dict = {}
 
     def expr(self, v, imap: IndexMap):
-        """The scalar expression of ``v`` at the loop point ``imap`` addresses."""
+        """The scalar expression of ``v`` at the loop point ``imap`` addresses; one node for each,
+        however many consumers read it (a body is a DAG, not a tree of copies)."""
         if isinstance(v, Lit):
             return Const(v.value, v.dtype)
         if self.fusion.is_root(v):
             return Load(v, imap)
-        return self.binding_expr(self.producer[id(v)], imap)
+        key = (id(v), imap)
+        if key not in self.built:
+            self.built[key] = self.binding_expr(self.producer[id(v)], imap)
+        return self.built[key]
 
     def binding_expr(self, b, imap: IndexMap):
         op = OPS[b.op]

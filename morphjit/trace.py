@@ -121,17 +121,9 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
-        scipy_function = calling_scipy_linalg()
-        if scipy_function is not None:
-            raise UnsupportedError(f"scipy.linalg.{scipy_function} converts its arguments to NumPy arrays, which "
-                                   f"a traced array cannot become: call mj.linalg.{scipy_function} instead",
-                                   user_location())
-        library_function = scipy_caller()
-        if library_function is not None:
-            module, name = library_function
-            hint = f"; use mj.{name}, which traces" if hasattr(A, name) else ""
-            raise UnsupportedError(f"{module}.{name} does not trace: it converts its argument with "
-                                   f"np.asarray{hint}", user_location())
+        caller = scipy_caller()
+        if caller is not None:
+            raise scipy_conversion_error(*caller)
         raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
                                    "use the traced value with NumPy functions directly")
 
@@ -178,7 +170,7 @@ class Tracer:
     __or__ = lambda self, other: A.bitwise_or(self, other)
     __ror__ = lambda self, other: A.bitwise_or(other, self)
     __invert__ = lambda self: A.invert(self)
-    __getitem__ = lambda self, key: A.getitem(self, key)
+    __getitem__ = lambda self, key: getitem(self, key)
 
     def __setitem__(self, key, value):
         raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
@@ -227,14 +219,17 @@ def scipy_caller():
     return found
 
 
-def calling_scipy_linalg() -> str | None:
-    """The public ``scipy.linalg`` function on the call stack (its outermost frame), if any."""
-    found, frame = None, inspect.currentframe()
-    while frame is not None:
-        if frame.f_globals.get("__name__", "").startswith("scipy.linalg"):
-            found = frame.f_code.co_name
-        frame = frame.f_back
-    return found
+# Where the traceable twins of a SciPy module's functions live, by the module's public path
+# (``mj.linalg`` registers itself for ``scipy.linalg``); the others' are in ``mj``.
+TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
+
+
+def scipy_conversion_error(module: str, name: str) -> UnsupportedError:
+    """``module.name`` converts its arguments with ``np.asarray``: the ``mj`` function to call instead."""
+    prefix, namespace = TWIN_NAMESPACES.get(module, ("mj", A))
+    hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else ""
+    return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
+                            f"a traced array cannot become{hint}", user_location())
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
@@ -309,7 +304,9 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
 
 class NotAnArray:
     """A traced value that cannot be an array (``x[mask]``, whose shape depends on the data);
-    ``why`` says what to write instead, ``loc`` is where it was made."""
+    ``why`` says what to write instead, ``loc`` is where it was made. The array functions pass it
+    on: an element-wise function of it is ``x.elementwise(fn, *operands)``, ``sum``/``mean`` of it
+    its own ``sum``/``mean``."""
     why = ""
     loc = None
 
@@ -331,3 +328,12 @@ def use_array_functions(namespace) -> None:
     the array layer is built on the tracer, so it installs itself here rather than being imported."""
     global A
     A = namespace
+
+
+getitem = None  # NumPy indexing, ``x[key]``, installed by ``morphjit.numpy_index``
+
+
+def use_indexing(function) -> None:
+    """Called by ``morphjit.numpy_index`` as it loads (it is built on the array layer)."""
+    global getitem
+    getitem = function

@@ -21,7 +21,7 @@ from .compiler import (BACKENDS, CallSite, CallStats, CompiledLoss, arg_spec, ar
 from .errors import DtypeError, TracingError
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
-from .plan import write_in_place
+from .plan import can_write_in_place, make_plan, write_in_place
 from .runtime import NativeStep, fast_update
 from .trace import Trace, Tracer
 
@@ -74,10 +74,17 @@ def update_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
 
 
 def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
-    """Plan each new parameter and state array into the array it replaces."""
+    """Plan each new parameter and state array into the array it replaces. One the plan cannot
+    write in place (a column sum accumulating in its output while it still reads the old value)
+    is planned again: computed into the pool, then copied."""
     inputs, n_params = build.program.inputs, len(build.spec.wrt)
     end = len(inputs) - len(optimizer.scalar_names)
     updated = inputs[:n_params] + inputs[end - len(optimizer.state_names) * n_params:end]
+    plan = build.plan
+    copied = frozenset(id(v) for src, dst, v in zip(updated, plan.outputs[1:], plan.program.outputs[1:])
+                       if not can_write_in_place(plan, src, dst))
+    if copied:
+        build.plan = make_plan(plan.program, copied)
     write_in_place(build.plan, zip(updated, build.plan.outputs[1:]))
 
 

@@ -226,7 +226,8 @@ pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 # What vectorised
 
 
-_CALLEE = re.compile(r"\$(_ZGV[bcde]N\d+v+_(\w+?)|(?:exp|log|log1p|sin|cos|tanh|pow)f?)\b")
+_C_NAMES = "|".join(cname for cname, _ in FUNCTIONS.values())
+_CALLEE = re.compile(rf"\$(_ZGV[bcde]N\d+v+_(\w+?)|(?:{_C_NAMES})f?)\b")
 
 
 def math_calls(asm: str) -> tuple[set[str], set[str]]:

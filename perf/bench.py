@@ -53,7 +53,7 @@ def run_workload(workload: str, dtype: str, impl_names: list, threads: int, budg
     from perf.workloads import WORKLOADS
 
     wl = WORKLOADS[workload]
-    limits = _hold_threads(threads, impl_names)
+    limits = hold_threads(threads, impl_names)
     params, data = wl.make(dtype)
     impls, built = {}, {}
     for name in impl_names:
@@ -101,15 +101,15 @@ def run_workload(workload: str, dtype: str, impl_names: list, threads: int, budg
                     min_samples=min_samples)
     for name, s in stats.items():
         impls[name]["time"] = s.as_dict()
-    pools = _threadpools(limits)
+    pools = threadpools_of(limits)
     if limits is not None:
         limits.restore_original_limits()
     return dict(workload=workload, dtype=dtype, description=wl.description, impls=impls,
                 max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                threads=threads, threadpools=pools, versions=_versions())
+                threads=threads, threadpools=pools, versions=versions())
 
 
-def _hold_threads(threads: int, impl_names: list):
+def hold_threads(threads: int, impl_names: list):
     """Import the peers to be run, then cap every BLAS/OpenMP pool they brought to ``threads``."""
     for name in impl_names:
         if name in PEER_MODULES:
@@ -128,7 +128,7 @@ def _hold_threads(threads: int, impl_names: list):
     return threadpool_limits(limits=threads)
 
 
-def _threadpools(limits) -> list:
+def threadpools_of(limits) -> list:
     if limits is None:
         return [dict(note="threadpoolctl not installed: only the *_NUM_THREADS variables hold threads")]
     from threadpoolctl import threadpool_info
@@ -139,7 +139,7 @@ def _threadpools(limits) -> list:
     return pools
 
 
-def _versions() -> dict:
+def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
     out = {"python": platform.python_version()}
     for m in VERSION_MODULES:

@@ -50,7 +50,7 @@ class Impl:
     alloc_visible: bool = True  # its allocations are NumPy's, seen by tracemalloc
 
 
-def _timed_first(call):
+def timed_first(call):
     start = time.perf_counter()
     r = call()
     return r, time.perf_counter() - start
@@ -76,7 +76,7 @@ def build_morphjit(wl, params, data, static_shapes=False):
     import morphjit as mj
     step = mj.compile_loss(named_loss(wl, mj), static_shapes=static_shapes)
     call = lambda: step(params, *data)  # noqa: E731
-    _, first = _timed_first(call)
+    _, first = timed_first(call)
     note = "loaded from disk cache" if step.cache_info().disk_loads else "compiled in this process"
     return Built(call, lambda r: _as_numpy(r[0], r[1], params), first, note)
 
@@ -126,7 +126,7 @@ def _mlp_problem(wl, params, data):
 def build_handwritten_numba(wl, params, data):
     p = _mlp_problem(wl, params, data)
     call = lambda: hw.run_step(p)  # noqa: E731
-    _, first = _timed_first(call)
+    _, first = timed_first(call)
 
     def result(loss):
         grads = {}
@@ -216,7 +216,7 @@ def build_jax(wl, params, data):
     def call():
         return jax.block_until_ready(step(jparams, *jdata))
 
-    _, first = _timed_first(call)
+    _, first = timed_first(call)
     return Built(call, lambda r: _as_numpy(r[0], r[1], params), first, "jax.jit(value_and_grad)")
 
 
@@ -248,7 +248,7 @@ class TorchOps:
         return self.F.cross_entropy(logits, labels, reduction="none")
 
 
-def _torch():
+def import_torch():
     try:
         import torch
     except ImportError as e:
@@ -262,7 +262,7 @@ def _torch_inputs(torch, params, data, requires_grad):
 
 
 def build_torch_eager(wl, params, data):
-    torch = _torch()
+    torch = import_torch()
     loss_fn = named_loss(wl, TorchOps())
     tparams, tdata = _torch_inputs(torch, params, data, True)
 
@@ -273,7 +273,7 @@ def build_torch_eager(wl, params, data):
         loss.backward()
         return loss
 
-    _, first = _timed_first(call)
+    _, first = timed_first(call)
 
     def result(loss):
         return _as_numpy(loss.detach().numpy(), {k: p.grad.numpy() for k, p in tparams.items()}, params)
@@ -282,11 +282,11 @@ def build_torch_eager(wl, params, data):
 
 
 def build_torch_compile(wl, params, data):
-    torch = _torch()
+    torch = import_torch()
     step = torch.compile(torch.func.grad_and_value(named_loss(wl, TorchOps())))
     tparams, tdata = _torch_inputs(torch, params, data, False)
     call = lambda: step(tparams, *tdata)  # noqa: E731
-    _, first = _timed_first(call)
+    _, first = timed_first(call)
 
     def result(r):
         grads, loss = r

@@ -87,6 +87,28 @@ def numpy_pick(p, x, y):
 # numba by hand: the same gathers and scatters as loops, GEMMs through np.dot
 
 @numba.njit(fastmath=True, boundscheck=False, nogil=True)
+def _cross_entropy_rows(z, y, dz):
+    """The mean softmax cross-entropy of the rows of ``z`` at the labels ``y``; its gradient with
+    respect to ``z`` is written to ``dz`` (which may be ``z``)."""
+    n = z.shape[0]
+    total = 0.0
+    for i in range(n):
+        m = z[i, 0]
+        for c in range(z.shape[1]):
+            m = max(m, z[i, c])
+        label = z[i, y[i]]
+        s = 0.0
+        for c in range(z.shape[1]):
+            dz[i, c] = np.exp(z[i, c] - m)
+            s += dz[i, c]
+        total += np.log(s) + m - label
+        for c in range(z.shape[1]):
+            dz[i, c] = dz[i, c] / s / n
+        dz[i, y[i]] -= 1.0 / n
+    return total / n
+
+
+@numba.njit(fastmath=True, boundscheck=False, nogil=True)
 def _embedding_kernel(E, W, tokens, y, h, z, dz, dh, dE, dW):
     n, k = tokens.shape
     d = E.shape[1]
@@ -100,19 +122,7 @@ def _embedding_kernel(E, W, tokens, y, h, z, dz, dh, dE, dW):
         for j in range(d):
             h[i, j] /= k
     np.dot(h, W, z)
-    total = 0.0
-    for i in range(n):
-        m = z[i, 0]
-        for c in range(z.shape[1]):
-            m = max(m, z[i, c])
-        s = 0.0
-        for c in range(z.shape[1]):
-            dz[i, c] = np.exp(z[i, c] - m)
-            s += dz[i, c]
-        total += np.log(s) + m - z[i, y[i]]
-        for c in range(z.shape[1]):
-            dz[i, c] = dz[i, c] / s / n
-        dz[i, y[i]] -= 1.0 / n
+    value = _cross_entropy_rows(z, y, dz)
     np.dot(h.T, dz, dW)
     np.dot(dz, W.T, dh)
     dE[...] = 0.0
@@ -121,7 +131,7 @@ def _embedding_kernel(E, W, tokens, y, h, z, dz, dh, dE, dW):
             row = tokens[i, t]
             for j in range(d):
                 dE[row, j] += dh[i, j] / k
-    return total / n
+    return value
 
 
 def numba_embedding(dtype):
@@ -138,22 +148,9 @@ def numba_embedding(dtype):
 @numba.njit(fastmath=True, boundscheck=False, nogil=True)
 def _pick_kernel(x, W, y, z, dW):
     np.dot(x, W, z)
-    n = z.shape[0]
-    total = 0.0
-    for i in range(n):
-        m = z[i, 0]
-        for c in range(z.shape[1]):
-            m = max(m, z[i, c])
-        s = 0.0
-        for c in range(z.shape[1]):
-            s += np.exp(z[i, c] - m)
-        lse = np.log(s) + m
-        total += lse - z[i, y[i]]
-        for c in range(z.shape[1]):
-            z[i, c] = np.exp(z[i, c] - lse) / n
-        z[i, y[i]] -= 1.0 / n
+    value = _cross_entropy_rows(z, y, z)
     np.dot(x.T, z, dW)
-    return total / n
+    return value
 
 
 def numba_pick(dtype):

@@ -29,29 +29,29 @@ def best_peer(r: dict):
     return n, t
 
 
-def _ratio(a, b):
+def ratio(a, b):
     return a / b if a and b else None
 
 
-def _fmt_ratio(x):
+def fmt_ratio(x):
     return "" if x is None else f"{x:.2f}x"
 
 
-def _fmt_us(s):
+def fmt_us(s):
     if s is None:
         return ""
     us = s * 1e6
     return f"{us:.1f}" if us < 100 else f"{us:.0f}"
 
 
-def _fmt_s(s, digits=2):
+def fmt_s(s, digits=2):
     return "" if s is None else f"{s:.{digits}f}"
 
 
 def _cell(e: dict) -> str:
     """What a table shows of one implementation: its time, or why it has none."""
     if "time" in e:
-        return _fmt_us(e["time"]["median_s"])
+        return fmt_us(e["time"]["median_s"])
     return e.get("status", "")
 
 
@@ -62,9 +62,9 @@ def rows(r: dict) -> list:
     for name, e in r.get("impls", {}).items():
         t = e.get("time")
         med = t["median_s"] if t else None
-        out.append([r["workload"], r["dtype"], name, _cell(e), _fmt_us(t["iqr_s"]) if t else "",
-                    str(t["samples"] * t["calls_per_sample"]) if t else "", _fmt_ratio(_ratio(med, mj)),
-                    _fmt_ratio(_ratio(med, floor)), _fmt_s(e.get("first_call_s")),
+        out.append([r["workload"], r["dtype"], name, _cell(e), fmt_us(t["iqr_s"]) if t else "",
+                    str(t["samples"] * t["calls_per_sample"]) if t else "", fmt_ratio(ratio(med, mj)),
+                    fmt_ratio(ratio(med, floor)), fmt_s(e.get("first_call_s")),
                     f"{e['alloc_peak_bytes'] / 1024:.0f}" if "alloc_peak_bytes" in e else "",
                     e.get("message", "")[:80]])
     return out
@@ -74,26 +74,15 @@ HEADER = ["workload", "dtype", "impl", "median us", "IQR us", "calls", "x morphj
           "first call s", "alloc KiB", "note"]
 
 
-def _text_table(header, body) -> str:
+def text_table(header, body) -> str:
     widths = [max(len(str(c)) for c in col) for col in zip(header, *body)] if body else [len(h) for h in header]
     fmt = lambda row: "  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip()  # noqa: E731
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in body])
 
 
-def _md_table(header, body) -> str:
+def md_table(header, body) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in body])
-
-
-def workload_lines(r: dict) -> str:
-    if "error" in r:
-        return f"{r['workload']} {r['dtype']}: FAILED {r['error'][-500:]}"
-    return _text_table(HEADER, rows(r))
-
-
-def terminal(data: dict) -> str:
-    body = [row for r in data["results"] for row in rows(r)]
-    return _text_table(HEADER, body) + "\n\n" + _text_table(*targets_table(data))
 
 
 # ---------------------------------------------------------------- the hoped-for figures
@@ -128,6 +117,19 @@ def targets_table(data: dict):
     return ["workload", "dtype", "figure", "measured", "hoped", ""], body
 
 
+def workload_lines(r: dict, header=HEADER, rows_of=rows, error_chars=500) -> str:
+    """One workload's rows as a table (``rows_of(r)`` under ``header``), or why it failed."""
+    if "error" in r:
+        return f"{r['workload']} {r['dtype']}: FAILED {r['error'][-error_chars:]}"
+    return text_table(header, rows_of(r))
+
+
+def terminal(data: dict, header=HEADER, rows_of=rows, summary=targets_table) -> str:
+    """Every workload's rows in one table, then the ``summary(data)`` table."""
+    body = [row for r in data["results"] for row in rows_of(r)]
+    return text_table(header, body) + "\n\n" + text_table(*summary(data))
+
+
 # ---------------------------------------------------------------- RESULTS.md
 
 def _impl_names(data: dict) -> list:
@@ -150,11 +152,11 @@ def _time_cell(r, n):
     if "time" not in e:
         return e.get("status", "")
     t = e["time"]
-    return f"{_fmt_us(t['median_s'])} ±{_fmt_us(t['iqr_s'] / 2)}"
+    return f"{fmt_us(t['median_s'])} ±{fmt_us(t['iqr_s'] / 2)}"
 
 
 def _ratio_cell(r, n):
-    return _fmt_ratio(_ratio(_median(r, n), _median(r, "morphjit")))
+    return fmt_ratio(ratio(_median(r, n), _median(r, "morphjit")))
 
 
 def _startup_table(data: dict):
@@ -165,11 +167,11 @@ def _startup_table(data: dict):
     for r in data["results"]:
         s = r.get("startup") or {}
         cold, warm = s.get("cold", {}), s.get("warm", {})
-        first = lambda n: _fmt_s(r.get("impls", {}).get(n, {}).get("first_call_s"))  # noqa: E731
-        body.append([r["workload"], r["dtype"], _fmt_s(cold.get("first_call_s")), _fmt_s(cold.get("process_s")),
-                     _fmt_s(warm.get("first_call_s"), 3), _fmt_s(warm.get("process_s")),
-                     str(bool(warm.get("from_disk"))) if warm else "", _fmt_s(cold.get("max_rss_mb"), 0),
-                     first("jax"), first("torch.compile"), first("pytensor"), _fmt_s(r.get("max_rss_mb"), 0)])
+        first = lambda n: fmt_s(r.get("impls", {}).get(n, {}).get("first_call_s"))  # noqa: E731
+        body.append([r["workload"], r["dtype"], fmt_s(cold.get("first_call_s")), fmt_s(cold.get("process_s")),
+                     fmt_s(warm.get("first_call_s"), 3), fmt_s(warm.get("process_s")),
+                     str(bool(warm.get("from_disk"))) if warm else "", fmt_s(cold.get("max_rss_mb"), 0),
+                     first("jax"), first("torch.compile"), first("pytensor"), fmt_s(r.get("max_rss_mb"), 0)])
     return header, body
 
 
@@ -190,10 +192,10 @@ def _fresh_process_table(data: dict):
             cold, warm = s["cold"], s["warm"]
             hit = warm.get("from_disk")  # a bool, or a count of cache hits
             hit = "" if hit is None else ("yes" if hit else "no") if isinstance(hit, bool) else str(hit)
-            body.append([r["workload"], r["dtype"], name, _fmt_s(cold.get("first_call_s")),
-                         _fmt_s(cold.get("process_s")), _fmt_s(warm.get("first_call_s"), 3),
-                         _fmt_s(warm.get("process_s")), hit,
-                         _fmt_s(warm.get("import_s")), _fmt_s(cold.get("max_rss_mb"), 0)])
+            body.append([r["workload"], r["dtype"], name, fmt_s(cold.get("first_call_s")),
+                         fmt_s(cold.get("process_s")), fmt_s(warm.get("first_call_s"), 3),
+                         fmt_s(warm.get("process_s")), hit,
+                         fmt_s(warm.get("import_s")), fmt_s(cold.get("max_rss_mb"), 0)])
     return header, body
 
 
@@ -203,7 +205,7 @@ def _overhead_table(data: dict):
     for r in data["results"]:
         a, b = _median(r, "morphjit"), _median(r, "morphjit.entry")
         if a and b:
-            body.append([r["workload"], r["dtype"], _fmt_us(a), _fmt_us(b), f"{(a - b) * 1e6:.1f}"])
+            body.append([r["workload"], r["dtype"], fmt_us(a), fmt_us(b), f"{(a - b) * 1e6:.1f}"])
     return header, body
 
 
@@ -216,36 +218,51 @@ def _alloc_table(data: dict):
     return ["workload", "dtype"] + names, body
 
 
-def _problems(data: dict) -> list:
+def _impl_entries(r: dict) -> list:
+    """(name, entry) of each implementation of one result."""
+    return list(r.get("impls", {}).items())
+
+
+def problems(data: dict, entries=_impl_entries) -> list:
+    """Markdown items for the workload processes that failed and the ``entries(result)`` (label,
+    entry) that did not run."""
     out = []
     for r in data["results"]:
         if "error" in r:
             out.append(f"- {r['workload']} {r['dtype']}: the workload process failed: `{r['error'][-300:]}`")
-        for n, e in r.get("impls", {}).items():
+        for label, e in entries(r):
             if e.get("status") not in (None, "ok"):
-                out.append(f"- {r['workload']} {r['dtype']} {n}: **{e['status']}** {e.get('message', '')}")
+                out.append(f"- {r['workload']} {r['dtype']} {label}: **{e['status']}** {e.get('message', '')}")
     return out
 
 
-def markdown(data: dict) -> str:
+def machine_lines(data: dict) -> list:
+    """The Markdown items that say where the figures were measured: machine, versions, threads."""
     m, o = data["machine"], data["options"]
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
     pools = "\n".join(f"  - {p.get('user_api')} / {p.get('internal_api', '')} {p.get('version', '') or ''}: "
                       f"{p.get('num_threads')} thread(s), kernel {p.get('architecture', 'n/a')}, "
                       f"`{p.get('prefix', '')}`" for p in m["threadpools"])
+    return [
+        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}",
+        f"- Versions: {versions}",
+        f"- Threads: {o['threads']} for every implementation (OpenBLAS/OMP/MKL/NUMBA_NUM_THREADS, threadpoolctl, "
+        "torch.set_num_threads, XLA_FLAGS `--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`; "
+        "XLA keeps its own runtime threads, so JAX may still use more than one core). "
+        f"Unset in the children: {', '.join(o['unset_env'])}.",
+        "- BLAS pools in the workload processes (threadpoolctl):",
+        pools,
+    ]
+
+
+def markdown(data: dict) -> str:
+    o = data["options"]
     parts = [
         "# morphjit benchmark results",
         "",
         f"Produced by `{data['command']}` on {data['date']}.",
         "",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}",
-        f"- Versions: {versions}",
-        f"- Threads: {o['threads']} for every implementation (OpenBLAS/OMP/MKL/NUMBA_NUM_THREADS, threadpoolctl, "
-        "torch.set_num_threads, XLA_FLAGS `--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`; "
-        "XLA keeps its own runtime threads, so JAX may still use both cores). "
-        f"Unset in the children: {', '.join(o['unset_env'])}.",
-        "- BLAS pools in the workload processes (threadpoolctl):",
-        pools,
+        *machine_lines(data),
         f"- Timing: one fresh process per workload and dtype; implementations interleaved, "
         f"{o['budget_s']} s per implementation, at least {o['min_samples']} samples, wall clock; "
         "each implementation checked against morphjit (loss and gradients allclose) before timing.",
@@ -257,15 +274,15 @@ def markdown(data: dict) -> str:
         "through np.dot/np.matmul into preallocated arrays; `floor.njit` the MLP's GEMMs inside one njit "
         "function.",
         "",
-        _md_table(*_matrix(data, _time_cell)),
+        md_table(*_matrix(data, _time_cell)),
         "",
         "## Ratio to morphjit (median / morphjit median; above 1 = slower than morphjit)",
         "",
-        _md_table(*_matrix(data, _ratio_cell)),
+        md_table(*_matrix(data, _ratio_cell)),
         "",
         "## Hoped-for figures",
         "",
-        _md_table(*targets_table(data)),
+        md_table(*targets_table(data)),
         "",
         "## Start-up",
         "",
@@ -275,21 +292,21 @@ def markdown(data: dict) -> str:
         "measured inside the workload process (their imports already done; PyTensor's includes building the "
         "graph and its own on-disk compile cache may be warm); their fresh-process figures follow.",
         "",
-        _md_table(*_startup_table(data)),
+        md_table(*_startup_table(data)),
         "",
     ] + _fresh_process_section(data) + [
         "## Python-side call overhead",
         "",
-        _md_table(*_overhead_table(data)),
+        md_table(*_overhead_table(data)),
         "",
         "## Memory",
         "",
         "Peak bytes NumPy allocates during one steady-state step (tracemalloc; torch and JAX allocations "
         "are invisible to it and not listed). The RSS of each workload process is in the start-up table.",
         "",
-        _md_table(*_alloc_table(data)),
+        md_table(*_alloc_table(data)),
         "",
-    ] + closing_sections(_problems(data), HEADER, [row for r in data["results"] for row in rows(r)])
+    ] + closing_sections(problems(data), HEADER, [row for r in data["results"] for row in rows(r)])
     return "\n".join(parts)
 
 
@@ -309,7 +326,7 @@ def _fresh_process_section(data: dict) -> list[str]:
         "compilation-cache hits, inductor's FX-graph cache hits, PyTensor's cache directory found "
         "non-empty. The peers' processes also import numba (the suite's workload module does).",
         "",
-        _md_table(header, body),
+        md_table(header, body),
         "",
     ]
 
@@ -317,4 +334,4 @@ def _fresh_process_section(data: dict) -> list[str]:
 def closing_sections(problems: list[str], header, all_rows) -> list[str]:
     """The last sections of a results page: what was missing or wrong, then every row."""
     return ["## Missing, wrong or failed implementations", "", "\n".join(problems) or "None.", "",
-            "## All rows", "", _md_table(header, all_rows), ""]
+            "## All rows", "", md_table(header, all_rows), ""]

@@ -42,8 +42,8 @@ from typing import Callable
 
 import numpy as np
 
-from perf import bench
-from perf.impls import JaxOps, Missing, TorchOps, _timed_first, _torch, named_loss
+from perf import bench, report
+from perf.impls import JaxOps, Missing, TorchOps, import_torch, named_loss, timed_first
 
 ROOT = bench.ROOT
 DEFAULT_JSON = os.path.join(ROOT, "perf", "train_results.json")
@@ -262,7 +262,7 @@ def build_jax(wl, opt, params, data):
     reset()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _, first = _timed_first(call)   # compiles; the check's steps then start from a fresh state again
+        _, first = timed_first(call)   # compiles; the check's steps then start from a fresh state again
     reset()
     donated = not any("donated buffers were not usable" in str(w.message) for w in caught)
     return TrainBuilt(call, lambda: {k: np.asarray(v) for k, v in cur["p"].items()}, reset,
@@ -271,7 +271,7 @@ def build_jax(wl, opt, params, data):
 
 
 def build_torch(wl, opt, params, data, compiled=False):
-    torch = _torch()
+    torch = import_torch()
     loss_fn = named_loss(wl, TorchOps())
     tparams = {k: torch.from_numpy(np.array(v)).requires_grad_(True) for k, v in params.items()}
     tdata = [torch.from_numpy(d) for d in data]
@@ -386,7 +386,7 @@ def run_optimizer(wl, opt: Opt, dtype: str, impl_names: list, budget_s: float, m
             b.reset()
             losses = []
             for i in range(CHECK_STEPS):
-                value, seconds = _timed_first(b.call)
+                value, seconds = timed_first(b.call)
                 if i == 0 and b.first_call_s is None:   # a builder that compiled ahead timed it itself
                     b.first_call_s = seconds
                 losses.append(float(_to_numpy(value)))
@@ -457,14 +457,14 @@ def run_workload(workload: str, dtype: str, impl_names: list, optimizers: list, 
 
     from perf.workloads import WORKLOADS
     wl = WORKLOADS[workload]
-    limits = bench._hold_threads(threads, impl_names)
+    limits = bench.hold_threads(threads, impl_names)
     results = {o: run_optimizer(wl, OPTIMIZERS[o], dtype, impl_names, budget_s, min_samples) for o in optimizers}
-    pools = bench._threadpools(limits)
+    pools = bench.threadpools_of(limits)
     if limits is not None:
         limits.restore_original_limits()
     return dict(workload=workload, dtype=dtype, description=wl.description, optimizers=results,
                 max_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, threads=threads,
-                threadpools=pools, versions=bench._versions())
+                threadpools=pools, versions=bench.versions())
 
 
 # ================================================================ the runner
@@ -517,22 +517,17 @@ def _median(entry: dict):
     return t["median_s"] if t else None
 
 
-def _ratio(a, b):
-    return a / b if a and b else None
-
-
 def rows(r: dict) -> list:
     """One row per (optimiser, implementation) of one workload result."""
-    from perf.report import _fmt_ratio, _fmt_s, _fmt_us
     out = []
     for o, res in r.get("optimizers", {}).items():
         fused = _median(res["impls"].get(SUBJECT))
         for name, e in res["impls"].items():
             t, check = e.get("time"), e.get("check")
             err = f"{check['max_rel_err']:.1e}" if isinstance(check, dict) else (check or "")
-            out.append([r["workload"], r["dtype"], o, name, _fmt_us(t["median_s"]) if t else e.get("status", ""),
-                        _fmt_us(t["iqr_s"]) if t else "", str(t["samples"] * t["calls_per_sample"]) if t else "",
-                        _fmt_ratio(_ratio(_median(e), fused)), _fmt_s(e.get("first_call_s")), err,
+            out.append([r["workload"], r["dtype"], o, name, report.fmt_us(t["median_s"]) if t else e.get("status", ""),
+                        report.fmt_us(t["iqr_s"]) if t else "", str(t["samples"] * t["calls_per_sample"]) if t else "",
+                        report.fmt_ratio(report.ratio(_median(e), fused)), report.fmt_s(e.get("first_call_s")), err,
                         f"{e['alloc_peak_bytes'] / 1024:.0f}" if "alloc_peak_bytes" in e else "",
                         (e.get("message") or e.get("note", ""))[:90]])
     return out
@@ -547,30 +542,25 @@ def summary(data: dict):
     header = ["workload", "dtype", "optim", "fused us", "morphjit+numpy / fused", "morphjit+numpy.alloc / fused",
               "numpy / fused", "best peer", "best peer / fused"]
     body = []
-    from perf.report import _fmt_ratio, _fmt_us
     for r in data["results"]:
         for o, res in r.get("optimizers", {}).items():
             impls = res["impls"]
             fused = _median(impls.get(SUBJECT))
             peers = [(t, n) for n, e in impls.items() if e.get("kind") == "peer" and (t := _median(e))]
             peer_t, peer = min(peers) if peers else (None, "")
-            body.append([r["workload"], r["dtype"], o, _fmt_us(fused)] + [
-                _fmt_ratio(_ratio(_median(impls.get(n)), fused)) for n in
-                ("morphjit+numpy", "morphjit+numpy.alloc", "numpy")] + [peer, _fmt_ratio(_ratio(peer_t, fused))])
+            ratios = [report.ratio(_median(impls.get(n)), fused)
+                      for n in ("morphjit+numpy", "morphjit+numpy.alloc", "numpy")]
+            body.append([r["workload"], r["dtype"], o, report.fmt_us(fused)] + [report.fmt_ratio(x) for x in ratios]
+                        + [peer, report.fmt_ratio(report.ratio(peer_t, fused))])
     return header, body
 
 
 def workload_lines(r: dict) -> str:
-    from perf.report import _text_table
-    if "error" in r:
-        return f"{r['workload']} {r['dtype']}: FAILED {r['error'][-800:]}"
-    return _text_table(HEADER, rows(r))
+    return report.workload_lines(r, HEADER, rows, error_chars=800)
 
 
 def terminal(data: dict) -> str:
-    from perf.report import _text_table
-    body = [row for r in data["results"] for row in rows(r)]
-    return _text_table(HEADER, body) + "\n\n" + _text_table(*summary(data))
+    return report.terminal(data, HEADER, rows, summary)
 
 
 def _impl_names(data: dict) -> list:
@@ -589,18 +579,16 @@ def _matrix(data: dict, cell) -> tuple:
 
 
 def _time_cell(impls: dict, name: str) -> str:
-    from perf.report import _fmt_us
     e = impls.get(name)
     if e is None:
         return ""
     if "time" not in e:
         return e.get("status", "")
-    return f"{_fmt_us(e['time']['median_s'])} ±{_fmt_us(e['time']['iqr_s'] / 2)}"
+    return f"{report.fmt_us(e['time']['median_s'])} ±{report.fmt_us(e['time']['iqr_s'] / 2)}"
 
 
 def _ratio_cell(impls: dict, name: str) -> str:
-    from perf.report import _fmt_ratio
-    return _fmt_ratio(_ratio(_median(impls.get(name)), _median(impls.get(SUBJECT))))
+    return report.fmt_ratio(report.ratio(_median(impls.get(name)), _median(impls.get(SUBJECT))))
 
 
 def _check_cell(impls: dict, name: str) -> str:
@@ -611,16 +599,9 @@ def _check_cell(impls: dict, name: str) -> str:
     return check or (impls.get(name) or {}).get("status", "")
 
 
-def _problems(data: dict) -> list:
-    out = []
-    for r in data["results"]:
-        if "error" in r:
-            out.append(f"- {r['workload']} {r['dtype']}: the workload process failed: `{r['error'][-300:]}`")
-        for o, res in r.get("optimizers", {}).items():
-            for n, e in res["impls"].items():
-                if e.get("status") not in (None, "ok"):
-                    out.append(f"- {r['workload']} {r['dtype']} {o} {n}: **{e['status']}** {e.get('message', '')}")
-    return out
+def _entries(r: dict) -> list:
+    """("optimiser implementation", entry) of each implementation of one result."""
+    return [(f"{o} {n}", e) for o, res in r.get("optimizers", {}).items() for n, e in res["impls"].items()]
 
 
 def _loosened(data: dict) -> list:
@@ -645,26 +626,14 @@ def _notes(data: dict) -> list:
 
 
 def markdown(data: dict) -> str:
-    from perf.report import _md_table, closing_sections
-    m, o = data["machine"], data["options"]
-    versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items() if v)
-    pools = "\n".join(f"  - {p.get('user_api')} / {p.get('internal_api', '')} {p.get('version', '') or ''}: "
-                      f"{p.get('num_threads')} thread(s), kernel {p.get('architecture', 'n/a')}, "
-                      f"`{p.get('prefix', '')}`" for p in m["threadpools"])
+    o = data["options"]
     rtol = ", ".join(f"{k} {v:g}" for k, v in o["rtol"].items())
     parts = [
         "# morphjit training-step benchmark results",
         "",
         f"Produced by `{data['command']}` on {data['date']}, at commit {data.get('git', 'unknown')}.",
         "",
-        f"- Machine: {m['cpu']}, {m['cores']} cores, {m['platform']}",
-        f"- Versions: {versions}",
-        f"- Threads: {o['threads']} for every implementation (OpenBLAS/OMP/MKL/NUMBA_NUM_THREADS, threadpoolctl, "
-        "torch.set_num_threads, XLA_FLAGS `--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1`; "
-        "XLA keeps its own runtime threads, so JAX may still use more than one core). "
-        f"Unset in the children: {', '.join(o['unset_env'])}.",
-        "- BLAS pools in the workload processes (threadpoolctl):",
-        pools,
+        *report.machine_lines(data),
         f"- Optimisers: {'; '.join(o['optimizers'].values())} (PyTorch's formulas and defaults otherwise).",
         f"- One call = one training step on a fixed batch: loss, gradients and the update of the parameters "
         f"and the optimiser state. One fresh process per workload and dtype (empty MORPHJIT_CACHE_DIR, so "
@@ -683,21 +652,22 @@ def markdown(data: dict) -> str:
         "",
         "## Fused step against the alternatives (time / morphjit.fused time; above 1 = slower than fused)",
         "",
-        _md_table(*summary(data)),
+        report.md_table(*summary(data)),
         "",
         "## Step time, median us (± half the IQR)",
         "",
-        _md_table(*_matrix(data, _time_cell)),
+        report.md_table(*_matrix(data, _time_cell)),
         "",
         "## Ratio to morphjit.fused",
         "",
-        _md_table(*_matrix(data, _ratio_cell)),
+        report.md_table(*_matrix(data, _ratio_cell)),
         "",
         f"## Correctness check: max |param - fused param| / max |fused param| after {o['check_steps']} steps",
         "",
-        _md_table(*_matrix(data, _check_cell)),
+        report.md_table(*_matrix(data, _check_cell)),
         "",
-    ] + closing_sections(_problems(data), HEADER, [row for r in data["results"] for row in rows(r)])
+    ] + report.closing_sections(report.problems(data, _entries), HEADER,
+                                [row for r in data["results"] for row in rows(r)])
     return "\n".join(parts)
 
 

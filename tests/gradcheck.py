@@ -206,7 +206,12 @@ class AutogradNS:
         w = anp.reshape(weights, (-1,) + (1,) * (x.ndim - axis % x.ndim - 1))
         return anp.sum(x * w, axis=axis) / anp.sum(w * anp.ones_like(x), axis=axis)
 
-    class linalg:
+    class Linalg:
+        """autograd's linalg, with the norms it cannot differentiate written out."""
+
+        def __getattr__(self, name):
+            return getattr(anp.linalg, name)
+
         @staticmethod
         def norm(x, ord=None, axis=None):
             if x.ndim == 2 and axis is None and ord in (1, np.inf):
@@ -215,6 +220,8 @@ class AutogradNS:
                 reduce = anp.sum if ord == 1 else anp.max
                 return reduce(anp.abs(x), axis=axis)
             return anp.linalg.norm(x, ord, axis)
+
+    linalg = Linalg()
 
     @staticmethod
     def stop_gradient(x):

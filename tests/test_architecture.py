@@ -142,3 +142,33 @@ def test_the_reach_in_check_sees_one(tmp_path, monkeypatch):
     (tmp_path / "m.py").write_text("from . import cache as disk_cache\nx = disk_cache._caching()\ny = disk_cache.__name__\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", tmp_path)
     assert private_reach_ins("morphjit.m") == ["disk_cache._caching"]
+
+
+LINE_LIMIT = 450
+# The modules allowed over LINE_LIMIT, each with why it must be one module (its docstring says so too).
+ONE_MODULE_BY_DESIGN = {
+    "morphjit.ops": "the op table: every rule of an op side by side, one paragraph per op",
+    "morphjit.ir": "the SSA vocabulary (types, values, bindings, text form, parser, verifier) every stage speaks",
+    "morphjit.loopir": "the loop IR's node and instruction types, their walks and the plan printer, shared by "
+                       "every consumer",
+    "morphjit.array_api": "the core array functions the tracer's operators and the op table's rules call, and the "
+                          "tables plain NumPy calls dispatch through",
+    "morphjit.compiler": "the call site with the argument checks it runs (the next to move out: a checks module)",
+}
+
+
+def line_count(module: str) -> int:
+    return len((PACKAGE / f"{module.split('.')[-1]}.py").read_text().splitlines())
+
+
+def test_no_module_is_long_without_a_reason():
+    long = [f"{m}: {n} lines" for m in MODULES if (n := line_count(m)) > LINE_LIMIT and m not in ONE_MODULE_BY_DESIGN]
+    assert not long, (f"modules over {LINE_LIMIT} lines: split them by concern, or add them to ONE_MODULE_BY_DESIGN "
+                      "with the reason (and say it in the docstring):\n" + "\n".join(long))
+
+
+def test_the_readme_module_map_names_every_module():
+    readme = (PACKAGE.parent / "README.md").read_text()
+    built = readme[readme.index("## How it is built"):]
+    unnamed = [m for m in MODULES + ["morphjit.__main__"] if f"`{m.split('.')[-1]}`" not in built]
+    assert not unnamed, "add these modules to the README's module map (How it is built):\n" + "\n".join(unnamed)

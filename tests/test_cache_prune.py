@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from morphjit import cache as disk_cache
+from morphjit import cache as disk_cache, cache_store
 from morphjit.__main__ import main
 from morphjit.cache import cache_info, load_module, prune_cache
 from test_cache import PROGRAM, run_step
@@ -27,7 +27,7 @@ def entries(request, count):
              for index in range(count)]
     for age, name in enumerate(reversed(names)):
         stamp = time.time() - 100 * (age + 1)
-        for path in disk_cache._entry_files(disk_cache.cache_dir(), name):
+        for path in cache_store.entry_files(disk_cache.cache_dir(), name):
             os.utime(path, (stamp, stamp))
     return names
 

@@ -21,6 +21,7 @@ cloudpickle = pytest.importorskip("cloudpickle")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this file
 
 mjd = mj.dask
+from morphjit import dask_worker as mjw  # noqa: E402 (after the dask checks above)
 
 
 def logistic(params, x, y):
@@ -108,7 +109,7 @@ def test_each_worker_compiles_at_most_once(client):
 
 
 def worker_backends(token):
-    return mjd._compiled[token].backend if token in mjd._compiled else None
+    return mjw._compiled[token].backend if token in mjw._compiled else None
 
 
 def test_compile_options_travel_with_the_loss(client):
@@ -218,12 +219,12 @@ def test_a_cold_worker_cache_compiles(client, tmp_path):
 
 
 def test_version_mismatch_is_refused_with_the_versions(client):
-    expected = dict(mjd.versions(), numba="0.0.1")
+    expected = dict(mjw.versions(), numba="0.0.1")
     with pytest.raises(mjd.VersionMismatch, match=r"numba .* \(client 0\.0\.1\)"):
         mjd.check_versions(client, expected)
-    shipped = dataclasses.replace(mjd.Shipped.of(logistic), versions=expected, token="mismatched")
+    shipped = dataclasses.replace(mjw.Shipped.of(logistic), versions=expected, token="mismatched")
     with pytest.raises(mjd.VersionMismatch, match="install the client's versions"):
-        client.submit(mjd.compiled_loss, shipped).result()
+        client.submit(mjw.compiled_loss, shipped).result()
 
 
 def test_bad_data_and_options_are_refused(client):
@@ -255,7 +256,7 @@ def concatenated_minibatches(trainer, x, y, steps):
     for step in range(steps):
         rows = []
         for shard, (start, n) in enumerate(zip(starts, trainer.shard_rows)):
-            chosen = mjd.minibatch_rows(trainer.seed, shard, step, n, trainer.batch_size)
+            chosen = mjw.minibatch_rows(trainer.seed, shard, step, n, trainer.batch_size)
             rows.append(start + (np.arange(n) if chosen is None else chosen))
         rows = np.concatenate(rows)
         yield x[rows], y[rows]
@@ -286,7 +287,7 @@ def test_replicas_that_differ_are_detected(client):
     trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y))
     trainer.step()
     leaves, slots, step = trainer.replicas[1].result()
-    trainer.replicas[1] = client.submit(mjd.identity, ([leaves[0] + 1e-15, leaves[1]], slots, step))
+    trainer.replicas[1] = client.submit(mjw.identity, ([leaves[0] + 1e-15, leaves[1]], slots, step))
     with pytest.raises(RuntimeError, match="replica 1 differs from replica 0 after step 1"):
         trainer.params
 
@@ -319,7 +320,7 @@ def local_sgd_reference(fn, optimizer, params, trainer, x, y, rounds):
             p, s = {k: v.copy() for k, v in params.items()}, {k: (v.copy() if k == "step" else {
                 name: a.copy() for name, a in v.items()}) for k, v in state.items()}
             for k in range(first, first + trainer.local_steps):
-                rows = start + mjd.minibatch_rows(trainer.seed, shard, k, n, trainer.batch_size)
+                rows = start + mjw.minibatch_rows(trainer.seed, shard, k, n, trainer.batch_size)
                 step(p, s, x[rows], y[rows])
             replicas.append((p, s))
         average = lambda arrays: np.array(sum(w * a for w, a in zip(weights, arrays)))  # noqa: E731
@@ -344,8 +345,8 @@ def test_a_worker_that_cannot_import_the_loss_says_what_to_do(client):
     exec("import morphjit as mj\ndef loss(params, x):\n    return mj.sum(x @ params)\n", module.__dict__)
     sys.modules[module.__name__] = module
     try:
-        shipped = mjd.Shipped.of(module.loss)                     # pickled by reference to the module
+        shipped = mjw.Shipped.of(module.loss)                     # pickled by reference to the module
     finally:
         del sys.modules[module.__name__]
     with pytest.raises(ModuleNotFoundError, match="cannot import 'module_only_the_client_has'.*register_pickle_by_value"):
-        client.submit(mjd.compiled_loss, shipped).result()
+        client.submit(mjw.compiled_loss, shipped).result()

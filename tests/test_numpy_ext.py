@@ -6,6 +6,8 @@ differences and autograd; these tests check that the compiled loops agree with t
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import scipy.special as sp
 import pytest
@@ -64,6 +66,41 @@ def test_integer_elementwise_compiled_matches_numpy():
         np.testing.assert_array_equal(grad, expected.astype(F64))  # the gradient is the integer array
 
 
+def _edge_values(dtype) -> list:
+    if np.dtype(dtype).kind == "i":
+        info = np.iinfo(dtype)
+        return [0, 1, -1, 2, -7, 100, info.max, info.min]
+    info = np.finfo(dtype)
+    return [0.0, -0.0, 1.0, -1.0, 1.5, -1.5, 7.25, -3.0, info.max, -info.max, info.tiny,
+            -info.smallest_subnormal, np.inf, -np.inf, np.nan]
+
+
+def _division_family(a, b):
+    """Each op once (``np.floor_divide``, ``np.mod``, ``divmod`` and the rest are these ops)."""
+    return [a // b, a % b, np.fmod(a, b)]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_division_family_matches_numpy_bit_for_bit_on_edge_values(backend):
+    """Every pair of edge values (signed zeros, infinities, NaN, extremes; the most negative
+    integer by -1; zero divisors), in each dtype, through one compiled step: each result is the
+    gradient of ``sum(w * result)`` in ``w``."""
+    dtypes = [F32, F64, np.int32, np.int64]
+    pairs = [tuple(np.array(c, dt) for c in zip(*itertools.product(_edge_values(dt), repeat=2))) for dt in dtypes]
+
+    def loss(ws, pairs):
+        return sum(np.sum(w * t) for row, (a, b) in zip(ws, pairs) for w, t in zip(row, _division_family(a, b)))
+
+    with np.errstate(all="ignore"):
+        expected = [[t.astype(F64) for t in _division_family(a, b)] for a, b in pairs]
+    ws = [[np.ones(len(a)) for _ in row] for (a, _), row in zip(pairs, expected)]
+    _, grads = mj.compile_loss(loss, backend=backend)(ws, pairs)
+    for dtype, got_row, want_row in zip(dtypes, grads, expected):
+        for k, (got, want) in enumerate(zip(got_row, want_row)):
+            np.testing.assert_array_equal(got, want, err_msg=f"{dtype.__name__} term {k}")
+            np.testing.assert_array_equal(np.signbit(got), np.signbit(want), err_msg=f"{dtype.__name__} term {k}")
+
+
 def test_python_round_and_divmod_on_tracers():
     x = np.array([[1.25, -2.5, 0.5, 3.75]])
 
@@ -104,6 +141,48 @@ def test_special_functions_compiled_match_reference(dtype):
     for a, b in zip(g_n, g_i):
         assert a.dtype == b.dtype == dtype
         np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
+def _towards_one(dtype) -> np.ndarray:
+    """Points approaching +-1 down to the last float below 1, the edges, and the middle."""
+    eps = np.finfo(dtype).epsneg
+    near = np.concatenate([1 - np.arange(1, 9) * eps, 1 - np.geomspace(eps * 16, 0.5, 40)])
+    x = np.concatenate([near, -near, np.linspace(-0.9, 0.9, 19), [1.0, -1.0, 0.0, 1e-300]])
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_erfinv_and_its_gradient_match_scipy_up_to_one(backend):
+    """Within a few ulps of SciPy's value, so that the gradient exp(erfinv(x)^2) sqrt(pi) / 2
+    (whose relative error is about 70x erfinv's near 1) stays close too. The values are the
+    gradient in ``w`` of ``sum(w * erfinv(x))``, the derivatives its gradient in ``x``."""
+    xs = [_towards_one(F64), _towards_one(F32)]
+    ws = [np.ones_like(x) for x in xs]
+    step = mj.compile_loss(lambda ws, xs: sum(np.sum(w * sp.erfinv(x)) for w, x in zip(ws, xs)),
+                           argnums=(0, 1), backend=backend)
+    _, (values, derivatives) = step(ws, xs)
+    for x, got, derivative, ulps, rtol in zip(xs, values, derivatives, (4, 2), (1e-13, 1e-5)):
+        want = sp.erfinv(x)
+        finite = np.isfinite(want)
+        assert np.all(np.abs(got[finite] - want[finite]) <= ulps * np.spacing(np.abs(want[finite]))), x.dtype
+        np.testing.assert_array_equal(got[~finite], want[~finite])
+        expected = np.sqrt(np.pi) / 2 * np.exp(want.astype(F64) ** 2)
+        np.testing.assert_allclose(derivative, expected.astype(x.dtype), rtol=rtol)
+
+
+def test_a_body_that_reads_each_value_several_times_compiles_in_linear_time():
+    """A chain of steps each reading the previous value three times (like erfinv's Newton steps)
+    is a DAG: walked, rebuilt, hashed or compared as a tree it would take 3^20 steps."""
+    def loss(x):
+        y = x
+        for _ in range(20):
+            y = y * 0.5 + np.sin(y) * y * 0.25
+        return np.sum(y)
+
+    x = np.linspace(-1, 1, 7)
+    expected = loss(x)
+    for backend in ("numba", "interp"):
+        np.testing.assert_allclose(mj.compile_loss(loss, backend=backend)(x)[0], expected, rtol=1e-12)
 
 
 def test_unsupported_scipy_ufunc_is_named_by_its_scipy_path():
@@ -275,3 +354,34 @@ def test_new_functions_compile_once_for_every_batch_size():
         np.testing.assert_allclose(value, ref_value, rtol=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-14)
     assert step.cache_info().misses == 1
+
+
+def test_a_scipy_function_without_a_traceable_twin_gets_no_hint():
+    import scipy.linalg
+
+    with pytest.raises(mj.UnsupportedError, match=r"scipy\.linalg\.expm does not trace") as error:
+        mj.trace(lambda a: np.sum(scipy.linalg.expm(a)), np.eye(2))
+    assert "mj." not in str(error.value).splitlines()[0]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_max_and_min_of_integer_arrays(backend):
+    """Rows made of the dtype's extremes too, where the start value shows; each result is the
+    gradient in ``w`` of ``sum(w * result)``."""
+    def extrema(k):
+        return [np.max(k, axis=1), np.amin(k, axis=0), k.max(), np.max(k > 0, axis=1)]
+
+    ks = []
+    for dtype in (np.int32, np.int64):
+        info = np.iinfo(dtype)
+        ks.append(np.array([[info.min, info.min, info.min], [info.max, info.max, info.max], [-7, 3, 0]], dtype))
+    expected = [[t.astype(F64) for t in extrema(k)] for k in ks]
+    ws = [[np.ones(np.shape(t)) for t in row] for row in expected]
+
+    def loss(ws, ks):
+        return sum(np.sum(w * t) for row, k in zip(ws, ks) for w, t in zip(row, extrema(k)))
+
+    _, grads = mj.compile_loss(loss, backend=backend)(ws, ks)
+    for got_row, want_row in zip(grads, expected):
+        for got, want in zip(got_row, want_row):
+            np.testing.assert_array_equal(got, want)

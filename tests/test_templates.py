@@ -1,7 +1,7 @@
 """The scalar templates of element-wise ops against their NumPy reference ``impl``.
 
 Codegen inlines ``op.scalar(K, *operands)`` in loops, so this is the templates' oracle: rendered
-on NumPy scalars and evaluated in Python (with ``np`` and ``math`` in scope), each template must
+on NumPy scalars and evaluated in Python (with ``np``, ``math`` and ``npm`` in scope), each template must
 give NumPy's value (NaN where NumPy gives NaN) in the dtype the op's shape rule declares, on
 zeros of both signs, negatives, NaN, infinities, huge and tiny values and many random values,
 in float32 and float64 (and the integer and boolean dtypes where the op accepts them).
@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 import pytest
 
-from morphjit import vecmath
+from morphjit import npymath, vecmath
 from morphjit.ir import Constants, TensorType, dtype_name
 from morphjit.ops import ELEMENTWISE, OPS
 
@@ -168,7 +168,7 @@ def test_template_matches_impl(op_name, dtypes, params, monkeypatch):
         scalar_refs, vector_refs = references(op, combos, dtypes, params)
         for combo, want_scalar, want_vector in zip(combos, scalar_refs, vector_refs):
             args = {n: dt.type(v) for n, v, dt in zip(names, combo, dtypes)}
-            got = eval(code, {"np": np, "math": math}, args)
+            got = eval(code, {"np": np, "math": math, "npm": npymath}, args)
             if np.asarray(got).dtype != out_dtype:
                 failures.append(f"{combo}: template gives {np.asarray(got).dtype}, the op declares {out_dtype}")
             elif not any(same_value(got, w, ULPS.get(op_name, 0)) for w in (want_scalar, want_vector)):

@@ -30,3 +30,20 @@ def test_a_row_nest_that_reads_the_parameter_before_updating_it(backend):
     params = {"w": w.copy()}
     step(params, step.init(params))
     np.testing.assert_allclose(params["w"], w - 0.1 * grad["w"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_update_summed_over_the_batch_that_reads_the_parameter(backend):
+    """The gradient of w (3,) is a sum over the rows of x (4, 3) that reads w itself: the nest
+    accumulates in its output, so the update cannot be written over w as it runs; it is
+    computed aside and copied."""
+    x = np.arange(12.0).reshape(4, 3) / 10
+    step = mj.train_step(lambda w, x: mj.sum((x * w) ** 2), mj.optim.sgd(0.01), backend=backend)
+    w = np.ones(3)
+    state = step.init(w)
+    expected = np.ones(3)
+    for _ in range(2):
+        loss = step(w, state, x)
+        np.testing.assert_allclose(loss, np.sum((x * expected) ** 2), rtol=1e-12)
+        expected = expected - 0.01 * np.sum(2 * x * x * expected, axis=0)
+        np.testing.assert_allclose(w, expected, rtol=1e-12)
