@@ -50,12 +50,16 @@ class Writer:
                 self.out.line(f"raise rt.{error}({ins.what!r}, {ins.low}, {ins.extent}, value, {', '.join(idx)})")
 
     def scatter(self, ins: ScatterAdd) -> None:
-        body = Body(self.out, self.names, loop_vars(len(ins.domain)))
+        body = Body(self.out, self.names, loop_vars(len(ins.domain)), self.offsets)
         exprs = [ins.expr, *ins.at.children()]
         domain = self.loop_extents([ins.expr, ins.at], ins.domain)
         with hoisting_loops(self.out, body, exprs, domain, list(range(len(ins.domain)))):
             value = body.value(ins.expr)
             self.out.line(f"{body.gather(ins.at)} += {value}")
+
+    def offsets(self, imap: IndexMap) -> IndexMap:
+        """How a load or store spells ``imap``: here with its offsets as numbers."""
+        return imap
 
     def loop_extents(self, exprs, domain) -> list:
         return run_time_extents(exprs, domain, self.run_time_extent)
@@ -116,7 +120,7 @@ class Writer:
             for a in accs:
                 self.fill_loop(a.out, literal(OPS[a.op].start(a.out.dtype), a.out.dtype))
         outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
-        body = Body(out, self.names, idx)
+        body = Body(out, self.names, idx, self.offsets)
         for e in loop_invariants(ins):
             body.value(e)
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
@@ -145,7 +149,7 @@ class Writer:
             body.memo[Load(s.out, IndexMap.identity(len(ins.domain)))] = values[-1]
         terms = [body.value(a.expr) for a in ins.accumulations]
         for s, v in zip(ins.stores, values):
-            self.out.line(f"{element(self.names.name(s.out), s.out_map, idx)} = {v}")
+            self.out.line(f"{element(self.names.name(s.out), self.offsets(s.out_map), idx)} = {v}")
         for acc, a, x in zip(accumulators, ins.accumulations, terms):
             self.out.line(f"{acc} = {OPS[a.op].combine(acc, x)}")
 
@@ -163,7 +167,7 @@ class Writer:
                 if any(id(a) in names for a in part.accumulations):
                     inner = loop_vars(len(part.domain) - p, start=p)
                     with loops(out, part.domain[p:], inner):
-                        body = Body(out, self.names, idx + inner)
+                        body = Body(out, self.names, idx + inner, self.offsets)
                         for a in part.accumulations:
                             x = body.value(a.expr)
                             out.line(f"{names[id(a)]} = {OPS[a.op].combine(names[id(a)], x)}")
@@ -271,7 +275,7 @@ class StepWriter(Writer):
             self.alias_outputs(writer.names)
             writer.write(ins)
             params = writer.names.order
-            extents = self.extents + [f"n{k}" for k in range(len(writer.shapes))]
+            extents = self.extents + writer.parameters()
             text = kernel_source(writer.out.text(), params, extents)
             if text not in names:
                 names[text] = f"k{len(names)}"
@@ -279,22 +283,37 @@ class StepWriter(Writer):
                 self.out.block(text)
                 self.out.line(f"\'\'\', {len(params)}, {len(extents)})")
             arguments = [f"{self.names.name(v)}.ctypes" for v in params] + self.extents + \
-                [f"{self.names.name(v)}.shape[{axis}]" for v, axis in writer.shapes]
+                [f"{self.names.name(v)}.shape[{axis}]" for v, axis in writer.shapes] + list(map(str, writer.offset_values))
             calls[id(ins)] = f"{names[text]}({', '.join(arguments)})"
         return calls
 
 
 class KernelWriter(Writer):
-    """Renders one loop nest as a kernel's body: arrays named ``a0, a1, ...``, and each run-time
-    extent it reads (see `run_time_extents`) a parameter ``n0, n1, ...`` the step passes."""
+    """Renders one loop nest as a kernel's body: arrays named ``a0, a1, ...``, each run-time
+    extent it reads (see `run_time_extents`) a parameter ``n0, n1, ...`` and each nonzero offset
+    of a load or store (a slice's start: the time step of an unrolled loop) a parameter ``o0, o1,
+    ...``, all passed by the step, so that the nests of repeated layers and time steps share a text."""
 
     def __init__(self):
         super().__init__(Source(), Namer("a"))
         self.shapes: list[tuple[Var, int]] = []   # the array and axis of each extent parameter
+        self.offset_values: list[int] = []        # the value of each offset parameter
 
     def run_time_extent(self, v: Var, axis: int) -> str:
         self.shapes.append((v, axis))
         return f"n{len(self.shapes) - 1}"
+
+    def offsets(self, imap: IndexMap) -> IndexMap:
+        return IndexMap(tuple(self.offset_parameter(o) if type(o) is int and o else o for o in imap.offsets),
+                        imap.coeffs)
+
+    def offset_parameter(self, value: int) -> str:
+        self.offset_values.append(value)
+        return f"o{len(self.offset_values) - 1}"
+
+    def parameters(self) -> list[str]:
+        """The kernel's integer parameters after the step's own extents."""
+        return [f"n{k}" for k in range(len(self.shapes))] + [f"o{k}" for k in range(len(self.offset_values))]
 
 
 class Extent(str):

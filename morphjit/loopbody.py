@@ -16,10 +16,11 @@ from .source import Source
 
 
 class Body:
-    """Renders a loop-body expression DAG as local assignments, each subexpression once."""
+    """Renders a loop-body expression DAG as local assignments, each subexpression once.
+    ``offsets`` spells a load's index map (a kernel's may name its offsets as parameters)."""
 
-    def __init__(self, out: Source, names: Namer, loop_vars: list[str]):
-        self.out, self.names, self.loop_vars = out, names, loop_vars
+    def __init__(self, out: Source, names: Namer, loop_vars: list[str], offsets=lambda imap: imap):
+        self.out, self.names, self.loop_vars, self.offsets = out, names, loop_vars, offsets
         self.memo: dict = {}
 
     def value(self, e) -> str:
@@ -36,7 +37,7 @@ class Body:
         return CODE[type(e)](self, e)
 
     def load(self, e: Load) -> str:
-        return element(self.names.name(e.var), e.imap, self.loop_vars)
+        return element(self.names.name(e.var), self.offsets(e.imap), self.loop_vars)
 
     def gather(self, e: Gather) -> str:
         indices = gather_indices(e, self.loop_vars, lambda k, p: self.value(p))

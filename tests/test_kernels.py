@@ -54,3 +54,27 @@ def test_an_edited_model_compiles_only_the_kernels_that_changed():
     assert value == pytest.approx(want, rel=1e-12)
     for k in params:
         np.testing.assert_allclose(grads[k], want_grads[k], rtol=1e-10, atol=1e-12)
+
+
+def unrolled(w, x):
+    """A recurrence unrolled over the time axis of x, reading the slice x[:, t] at each step."""
+    h = np.tanh(x[:, 0] * w)
+    for t in range(1, x.shape[1]):
+        h = np.tanh(x[:, t] * w + h)
+    return mj.sum(h ** 2)
+
+
+def test_the_time_steps_of_an_unrolled_loop_share_their_kernels():
+    rng = np.random.default_rng(7)
+    w = rng.normal(size=5)
+    texts = {}
+    for steps in (3, 6):
+        x = rng.normal(size=(4, steps, 5))
+        compiled = mj.compile_loss(unrolled, cache=False)
+        value, grad = compiled(w, x)
+        texts[steps] = kernel_texts(compiled.source(w, x))
+        want, want_grad = mj.compile_loss(unrolled, backend="interp")(w, x)
+        assert value == pytest.approx(want, rel=1e-12)
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-10, atol=1e-12)
+    # a slice's start is the kernel's parameter, not part of its text: twice the steps, as many kernels
+    assert len(texts[6]) == len(texts[3]) and any("o0" in text for text in texts[6])
