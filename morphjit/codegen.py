@@ -211,9 +211,6 @@ class StepWriter(Writer):
         # the run-time extents a kernel's loops may need, passed along
         self.extents = [BATCH] if self.batched is not None else []
         self.views = {id(v): first for v, first in same_views(plan)}
-        outputs = {id(v): v for v in plan.outputs}
-        # computed once: a kernel's names take them too
-        self.same_names = {**{id(outputs[key]): src for key, src in plan.written_over.items()}, **self.views}
         self.arrays = self.step_arrays()
         self.addresses: set[str] = set()   # names that hold a data address, not an array
 
@@ -296,8 +293,11 @@ class StepWriter(Writer):
         return out.text()
 
     def alias_outputs(self, names: Namer) -> None:
-        """Name each output written over an input as the input, each view as its slot's first."""
-        names.aliases.update(self.same_names)
+        outputs = {id(v): v for v in self.plan.outputs}
+        for key, src in self.plan.written_over.items():
+            names.same_as(outputs[key], src)
+        for v, first in same_views(self.plan):
+            names.same_as(v, first)
 
     def kernels(self) -> dict[int, str]:
         """Load a kernel per distinct loop nest text (``k0 = kernels.load(...)``); the calls to make,
