@@ -30,16 +30,26 @@ from .numpy_shape import (
     tile, vstack,
 )
 from .custom import custom_vjp, stop_gradient
+from .conv import avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d
+from .stride_tricks import as_strided, sliding_window_view
 from .cache import cache_info, clear_cache, prune_cache
-from .compiler import CompiledLoss, compile_loss, grad_program
+from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
+                       value_and_grad)
 from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
 from .interp import run
+from .pytree import ravel_pytree
+from .second import hessian, hvp
+from .scipy_adapter import scipy_objective
 from .ir import Program, parse
 from .trace import trace
 from .train import TrainStep, train_step
 from . import optim
+from . import rng as random
+from .rng import dropout
+from .frozen import FrozenValueError
 
 from . import linalg
+from . import signal
 
 __version__ = "0.1.0"
 

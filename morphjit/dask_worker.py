@@ -60,6 +60,9 @@ class Shipped:
             if loss.argnums != 0:
                 raise ValueError("mj.dask differentiates the first argument (params); compile the "
                                  "loss with argnums=0")
+            if loss.has_aux or loss.static_argnums:
+                raise ValueError("mj.dask trains a loss returning one scalar from traced arguments; compile "
+                                 "it without has_aux and static arguments (bind those with functools.partial)")
             fn = loss.fn
             options = {"backend": loss.backend, "cache": loss.cache, "static_shapes": loss.static_shapes}
         elif callable(loss):

@@ -53,7 +53,9 @@ def _diagonal_vjp(g, ans, x, axis1, axis2, offset):
     n1, n2, k = x.shape[axis1], x.shape[axis2], ans.shape[-1]
     rows = np.eye(n1, k, -max(0, -offset), dtype=x.dtype)    # R[t + r0, t] = 1
     cols = np.eye(k, n2, max(0, offset), dtype=x.dtype)      # C[t, t + c0] = 1
-    placed = A.matmul(rows, A.multiply(A.expand_dims(g, -1), cols))   # (..., n1, n2)
+    placed = A.multiply(A.expand_dims(g, -1), cols)                  # (..., k, n2)
+    if n1 != k or offset < 0:   # else R is the identity: no matrix product
+        placed = A.matmul(rows, placed)                               # (..., n1, n2)
     others = [a for a in range(x.ndim) if a not in (axis1, axis2)]
     order = others + [axis1, axis2]
     return (A.transpose(placed, tuple(int(i) for i in np.argsort(order))),)

@@ -60,9 +60,10 @@ class UnsupportedError(MorphjitError, NotImplementedError):
     """A NumPy function or construct that morphjit has no rule for."""
 
 
-def user_location() -> SourceLoc | None:
-    """The innermost stack frame outside the morphjit package."""
-    frame = sys._getframe(1)
+def user_location(frame=None) -> SourceLoc | None:
+    """The innermost stack frame outside the morphjit package (from ``frame`` outwards, or from
+    the caller's)."""
+    frame = frame or sys._getframe(1)
     while frame is not None and inside_package(frame.f_code.co_filename):
         frame = frame.f_back
     if frame is None:

@@ -86,7 +86,7 @@ class Fusion:
         if OPS[b.op].kind == LINALG:
             return [x for x in b.inputs if isinstance(x, Var)]
         if OPS[b.op].buffered is not None:
-            return [x for x in OPS[b.op].buffered(b.inputs) if isinstance(x, Var)]
+            return [x for x in OPS[b.op].buffered(b, self.producer) if isinstance(x, Var)]
         if OPS[b.op].kind != MATMUL:
             return []
         needed = []

@@ -7,11 +7,15 @@ Negative indices count from the end. ``scatter_add(g, *index, shape, axis)`` is 
 zeros of ``shape`` with every element of ``g`` added at the position the gather reads it from,
 so repeated indices accumulate. Each is the other's VJP. ``names`` holds the argument path of
 each index array that is an argument ("" for others), for the range check's message.
+``iota(shape, axis, dtype)`` is the index along ``axis`` at every element (``np.arange(n)`` whose
+``n`` may be the batch size).
 
 In a loop a gather is a ``Gather`` expression (a load whose index along the picked axes is read
 from the index arrays), inlined into its consumers like any element-wise op; a scatter-add is a
 zero fill and a ``ScatterAdd`` instruction. Both read their operands from buffers (the index
-arrays are range-checked once per call by the plan, see ``plan.range_checks``).
+arrays are range-checked once per call by the plan, see ``plan.range_checks``), except an iota
+no longer than its axis: a gather reads along it as along a loop index (``x[np.arange(n), y]``
+reads ``x[i, y[i]]``), with no index array and nothing to check.
 """
 from __future__ import annotations
 
@@ -20,9 +24,9 @@ import numpy as np
 from . import ops
 from .errors import DtypeError, ShapeError
 from .indexing import IndexMap, broadcast_map
-from .ir import TensorType
-from .loopir import Apply, Const, Gather, ScatterAdd, loop
-from .ops import ELEMENTWISE, STRUCTURAL, broadcast_shapes, defop
+from .ir import DTYPES_BY_NAME, Sym, TensorType
+from .loopir import Apply, Const, Gather, Load, Position, ScatterAdd, loop
+from .ops import ELEMENTWISE, SOURCE, STRUCTURAL, broadcast_shapes, defop
 
 
 def index_shape(op: str, index_types) -> tuple:
@@ -77,8 +81,9 @@ def picks(expr, index, extents, loop_map: IndexMap, axis: int, b_ndim: int):
     index counting from the end of its axis (of extent ``extents[k]``)."""
     b_rows = IndexMap(loop_map.offsets[axis:axis + b_ndim], loop_map.coeffs[axis:axis + b_ndim])
     b_shape = broadcast_shapes("gather", *(i.shape for i in index))
-    return tuple(from_the_end(expr(i, b_rows.then(broadcast_map(i.shape, b_shape))), n, i.dtype)
-                 for i, n in zip(index, extents))
+    found = (expr(i, b_rows.then(broadcast_map(i.shape, b_shape))) for i in index)
+    return tuple(p if isinstance(p, Position) else from_the_end(p, n, i.dtype)
+                 for p, i, n in zip(found, index, extents))
 
 
 def from_the_end(i, extent, dtype) -> Apply:
@@ -89,21 +94,24 @@ def from_the_end(i, extent, dtype) -> Apply:
 
 
 def address(var, index_exprs, loop_map: IndexMap, axis: int, b_ndim: int) -> Gather:
-    """The element of ``var`` a gather reads (or a scatter writes) at ``loop_map``'s point."""
+    """The element of ``var`` a gather reads (or a scatter writes) at ``loop_map``'s point. An
+    axis picked at a position is read along that position's affine row, not through a pick."""
     count = len(index_exprs)
     rows = list(zip(loop_map.offsets, loop_map.coeffs))
     zero = (0, (0,) * loop_map.loop_ndim)
-    kept = rows[:axis] + [zero] * count + rows[axis + b_ndim:]
+    affine = [(p.imap.offsets[0], p.imap.coeffs[0]) if isinstance(p, Position) else zero for p in index_exprs]
+    kept = rows[:axis] + affine + rows[axis + b_ndim:]
     imap = IndexMap(tuple(o for o, _ in kept), tuple(c for _, c in kept))
-    picked = (None,) * axis + tuple(index_exprs) + (None,) * (var.ndim - axis - count)
-    return Gather(var, imap, picked)
+    picked = tuple(None if isinstance(p, Position) else p for p in index_exprs)
+    return Gather(var, imap, (None,) * axis + picked + (None,) * (var.ndim - axis - count))
 
 
-def _gather_body(expr, b, imap: IndexMap) -> Gather:
+def _gather_body(expr, b, imap: IndexMap) -> Gather | Load:
+    """The element read; a plain load where every picked axis is read at a position."""
     x, *index = b.inputs
     axis, b_ndim = b.kwargs["axis"], b.out.ndim - x.ndim + len(index)
-    extents = x.shape[axis:axis + len(index)]
-    return address(x, picks(expr, index, extents, imap, axis, b_ndim), imap, axis, b_ndim)
+    at = address(x, picks(expr, index, picked_extents(b), imap, axis, b_ndim), imap, axis, b_ndim)
+    return at if at.children() else Load(x, at.imap)
 
 
 def _scatter_add_nests(expr, b) -> list:
@@ -111,9 +119,47 @@ def _scatter_add_nests(expr, b) -> list:
     g, *index = b.inputs
     axis, b_ndim = b.kwargs["axis"], g.ndim - b.out.ndim + len(index)
     here = IndexMap.identity(g.ndim)
-    extents = b.out.shape[axis:axis + len(index)]
-    at = address(b.out, picks(expr, index, extents, here, axis, b_ndim), here, axis, b_ndim)
+    at = address(b.out, picks(expr, index, picked_extents(b), here, axis, b_ndim), here, axis, b_ndim)
     return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, here))]
+
+
+def picked_extents(b) -> tuple:
+    """The extents of the axes a gather or scatter-add binding picks along, one per index array."""
+    shape = b.inputs[0].shape if b.op == "gather" else b.kwargs["shape"]
+    axis = b.kwargs["axis"]
+    return tuple(shape[axis:axis + len(b.inputs) - 1])
+
+
+def in_range(index, extent, producer: dict) -> bool:
+    """Whether ``index`` (a value; ``producer`` maps value ids to bindings) lies in ``[0, extent)``
+    by construction: an iota no longer than the axis, so nothing reads it from a buffer or checks it."""
+    b = producer.get(id(index))
+    if b is None or b.op != "iota":
+        return False
+    length = b.kwargs["shape"][b.kwargs["axis"]]
+    return length == extent or not isinstance(length, Sym) and not isinstance(extent, Sym) and length <= extent
+
+
+def _buffered(b, producer: dict) -> list:
+    """The source of a gather and the index arrays, but those in range by construction."""
+    source = [b.inputs[0]] if b.op == "gather" else []
+    return source + [i for i, n in zip(b.inputs[1:], picked_extents(b)) if not in_range(i, n, producer)]
+
+
+def _iota_rule(types, shape, axis, dtype):
+    if DTYPES_BY_NAME[dtype].kind not in "iu" or not 0 <= axis < len(shape):
+        raise ShapeError(f"iota: an integer dtype and an axis of shape {tuple(shape)}, got {dtype} and {axis}")
+    return TensorType(shape, DTYPES_BY_NAME[dtype])
+
+
+def _iota_impl(shape, axis, dtype):
+    line = np.arange(shape[axis], dtype=DTYPES_BY_NAME[dtype])
+    return np.broadcast_to(line.reshape([-1 if k == axis else 1 for k in range(len(shape))]), shape).copy()
+
+
+def _iota_body(expr, b, imap: IndexMap) -> Position:
+    axis = b.kwargs["axis"]
+    return Position(IndexMap(imap.offsets[axis:axis + 1], imap.coeffs[axis:axis + 1]), b.out.dtype)
 
 
 def _gather_vjp(g, ans, x, *index, axis, names=()):
@@ -124,9 +170,8 @@ def _scatter_add_vjp(g, ans, updates, *index, shape, axis, names=()):
     return (ops.A.gather(g, index, axis, names),) + (None,) * len(index)
 
 
-# The source of a gather and all index arrays are read from buffers; the updates of a scatter-add
-# are computed inside its loop.
-defop("gather", ELEMENTWISE, _gather_rule, _gather_impl, _gather_vjp, body=_gather_body,
-      buffered=lambda inputs: inputs)
+# The updates of a scatter-add are computed inside its loop.
+defop("gather", ELEMENTWISE, _gather_rule, _gather_impl, _gather_vjp, body=_gather_body, buffered=_buffered)
 defop("scatter_add", STRUCTURAL, _scatter_add_rule, _scatter_add_impl, _scatter_add_vjp,
-      nests=_scatter_add_nests, buffered=lambda inputs: inputs[1:])
+      nests=_scatter_add_nests, buffered=_buffered)
+defop("iota", SOURCE, _iota_rule, _iota_impl, body=_iota_body)

@@ -11,10 +11,11 @@ from typing import Callable
 
 import numpy as np
 
+from . import rng
 from .indexing import IndexMap
 from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
-from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, RangeCheck, RowNest,
-                     ScatterAdd)
+from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Position, Random,
+                     RangeCheck, RowNest, ScatterAdd)
 from .ops import OPS
 from .plan import range_checks
 
@@ -23,7 +24,7 @@ def run(program: Program, *args) -> list[np.ndarray]:
     """Evaluate ``program`` on ``args`` (one array per program input); returns fresh arrays."""
     if len(args) != len(program.inputs):
         raise ValueError(f"program takes {len(program.inputs)} inputs, got {len(args)}")
-    env = {id(v): np.asarray(a, v.dtype) for v, a in zip(program.inputs, args)}
+    env = {id(v): rng.as_input(a, v.dtype) for v, a in zip(program.inputs, args)}
     env.update((id(v), value) for v, value in program.consts)
     batch = batch_size(program.inputs, [env[id(v)] for v in program.inputs])
     checks = range_checks(program)   # the compiled step's, with its messages
@@ -49,7 +50,7 @@ def run(program: Program, *args) -> list[np.ndarray]:
 
 def run_plan(plan, *args) -> list[np.ndarray]:
     """Execute a replay plan's instructions in order, every pooled value in its planned slot."""
-    memory = {id(v): np.asarray(a, v.dtype) for v, a in zip(plan.inputs, args)}
+    memory = {id(v): rng.as_input(a, v.dtype) for v, a in zip(plan.inputs, args)}
     batch = batch_size(plan.inputs, [memory[id(v)] for v in plan.inputs])
     pool = [np.zeros(evaluate(slot.size, batch), slot.dtype) for slot in plan.slots]
     memory.update((id(v), value) for v, value in plan.consts)
@@ -177,9 +178,20 @@ def _one_hot(expr: OneHot, domain, buffer, known, batch, acc) -> np.ndarray:
     return (labels == klass).astype(expr.dtype)
 
 
+def _position(expr: Position, domain, buffer, known, batch, acc) -> np.ndarray:
+    (position,) = _affine(expr.imap, domain)
+    return position.astype(expr.dtype)
+
+
 def _apply(expr: Apply, domain, buffer, known, batch, acc) -> np.ndarray:
     args = [_evaluate(a, domain, buffer, known, batch, acc) for a in expr.args]
     return np.asarray(OPS[expr.op].impl(*args, **dict(expr.params)), expr.dtype)
+
+
+def _random(expr: Random, domain, buffer, known, batch, acc) -> np.ndarray:
+    seed = _evaluate(expr.seed, domain, buffer, known, batch)
+    counter = IndexMap(evaluate(expr.counter.offsets, batch), evaluate(expr.counter.coeffs, batch))
+    return rng.draw(seed, expr.stream, expr.dist, expr.dtype, _affine(counter, domain)[0])
 
 
 EVALUATE = {
@@ -188,5 +200,7 @@ EVALUATE = {
     Load: _load,
     Gather: _gather,
     OneHot: _one_hot,
+    Position: _position,
     Apply: _apply,
+    Random: _random,
 }

@@ -1,8 +1,8 @@
 """The numba kernels the generated step calls for ``Lapack`` instructions (one matrix each).
 
-Each kernel writes its result into the planned buffer ``out``. Cholesky and the triangular solves
-call LAPACK's ``potrf`` and BLAS's ``trsm`` (and ``trmm``) from SciPy's bindings in place in ``out`` (no
-allocation); the others go through numba's ``np.linalg``, which allocates its result, copied
+Each kernel writes its result into the planned buffer ``out``. Cholesky and the triangular ops
+call LAPACK's ``potrf``, ``trtri`` and ``lauum`` and BLAS's ``trsm`` and ``trmm`` from SciPy's bindings in
+place in ``out`` (no allocation); the others go through numba's ``np.linalg``, which allocates its result, copied
 into ``out``. A C-order matrix is its transpose in LAPACK's Fortran order, so a lower triangle is
 an upper one there and a left solve is a right solve.
 
@@ -43,6 +43,10 @@ _dtrsm = _external(cython_blas, "dtrsm", 11)
 _strsm = _external(cython_blas, "strsm", 11)
 _dtrmm = _external(cython_blas, "dtrmm", 11)
 _strmm = _external(cython_blas, "strmm", 11)
+_dtrtri = _external(cython_lapack, "dtrtri", 6)
+_strtri = _external(cython_lapack, "strtri", 6)
+_dlauum = _external(cython_lapack, "dlauum", 5)
+_slauum = _external(cython_lapack, "slauum", 5)
 _dpotrf = _external(cython_lapack, "dpotrf", 5)
 _spotrf = _external(cython_lapack, "spotrf", 5)
 
@@ -90,6 +94,63 @@ def solve_triangular(a, b, out, lower, trans):
         if a[i, i] == 0:
             raise np.linalg.LinAlgError("singular matrix: a diagonal element of the triangular matrix is zero")
     _triangular(a, b, out, lower, trans, True)
+
+
+@numba.njit(**JIT)
+def triangular_inverse(a, out, lower):
+    """``out`` = the inverse of the triangular matrix in the ``lower`` or upper triangle of ``a``
+    (LAPACK trtri in place in ``out``; the other triangle zero)."""
+    n = a.shape[0]
+    for i in range(n):
+        if a[i, i] == 0:
+            raise np.linalg.LinAlgError("singular matrix: a diagonal element of the triangular matrix is zero")
+        for j in range(n):
+            out[i, j] = a[i, j] if (j <= i) == lower or i == j else 0
+    flags, ints = _characters("U" if lower else "L", "N"), _integers(n, n, 0)
+    if out.itemsize == 8:
+        _dtrtri(flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+    else:
+        _strtri(flags[0:].ctypes, flags[1:].ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+
+
+@numba.njit(**JIT)
+def weighted_gram(w, e, out):
+    """``out`` = w^T diag(e) w for lower-triangular ``w``: LAPACK lauum (a third of a trmm's work)
+    on the rows scaled by sqrt(e), a second time into a scratch matrix only if a weight is
+    negative; then the lower triangle mirrored."""
+    _scaled_gram(w, e, out, 1.0)
+    if np.any(e < 0):
+        negative = np.empty_like(out)
+        _scaled_gram(w, e, negative, -1.0)
+        out -= negative
+    for i in range(out.shape[0]):
+        for j in range(i):
+            out[j, i] = out[i, j]
+
+
+@numba.njit(**JIT)
+def _scaled_gram(w, e, out, sign):
+    """The lower triangle of ``out`` = w^T diag(max(sign e, 0)) w (lauum of the scaled rows)."""
+    n = w.shape[0]
+    for i in range(n):
+        scale = np.sqrt(max(sign * e[i], 0))
+        for j in range(i + 1):
+            out[i, j] = scale * w[i, j]
+        for j in range(i + 1, n):
+            out[i, j] = 0
+    uplo, ints = _characters("U"), _integers(n, n, 0)
+    if out.itemsize == 8:
+        _dlauum(uplo.ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+    else:
+        _slauum(uplo.ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+
+
+@numba.njit(**JIT)
+def cho_solve(a, c, b, out, lower):
+    """``out`` = a^-1 b given ``c``, the Cholesky factor of ``a`` in its ``lower`` or upper
+    triangle (``a`` itself is not read): two triangular solves."""
+    _triangular(c, b, out, lower, not lower, True)
+    _triangular(c, out, out, lower, lower, True)
 
 
 @numba.njit(**JIT)

@@ -1,16 +1,16 @@
-"""Loop bodies as source: a nest's expression DAG rendered as local assignments (each
-subexpression once), its loop-invariant parts computed before the loops, and the loops themselves,
-with a row's index hoisted out of the loops it does not depend on. Used by `codegen`.
-"""
+"""Loop bodies in the generated source: the scalar expression of each loop-IR node (one handler
+per kind in ``CODE``), loop-invariant hoisting and the loops around a body. ``codegen`` writes
+the instructions and the step around them."""
 from __future__ import annotations
 
 import contextlib
 
 import numpy as np
 
+from . import rng, vecmath
 from .indexing import element
 from .ir import Constants, Namer, literal
-from .loopir import Apply, Const, Gather, Load, Nest, OneHot, gather_indices, gathers, loop_axes
+from .loopir import Apply, Const, Gather, Load, Nest, OneHot, Position, Random, gather_indices, gathers, loop_axes
 from .ops import OPS
 from .source import Source
 
@@ -22,6 +22,7 @@ class Body:
     def __init__(self, out: Source, names: Namer, loop_vars: list[str], offsets=lambda imap: imap):
         self.out, self.names, self.loop_vars, self.offsets = out, names, loop_vars, offsets
         self.memo: dict = {}
+        self.steps = 0
 
     def value(self, e) -> str:
         if isinstance(e, Const):
@@ -36,6 +37,12 @@ class Body:
     def code(self, e) -> str:
         return CODE[type(e)](self, e)
 
+    def bind(self, code: str) -> str:
+        """A new local holding ``code``: one step of an expression rendered in several statements."""
+        self.steps += 1
+        self.out.line(f"r{self.steps} = {code}")
+        return f"r{self.steps}"
+
     def load(self, e: Load) -> str:
         return element(self.names.name(e.var), self.offsets(e.imap), self.loop_vars)
 
@@ -49,13 +56,22 @@ class Body:
         return f"({test})" if e.dtype == np.bool_ else \
             f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
 
+    def position(self, e: Position) -> str:
+        (position,) = e.imap.render(self.loop_vars)
+        return f"np.{e.dtype.name}({position})"
+
     def apply(self, e: Apply) -> str:
         args = [self.value(a) for a in e.args]
         return OPS[e.op].scalar(Constants(e.dtype), *args, **dict(e.params))
 
+    def random(self, e: Random) -> str:
+        (counter,) = e.counter.render(self.loop_vars)
+        return rng.render(self.bind, self.value(e.seed), e.stream, e.dist, e.dtype, counter, vecmath.call)
+
 
 # How the body renders each kind of expression that is not a constant or an accumulator.
-CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Apply: Body.apply}
+CODE = {Load: Body.load, Gather: Body.gather, OneHot: Body.one_hot, Position: Body.position, Apply: Body.apply,
+        Random: Body.random}
 
 
 def loop_invariants(ins: Nest) -> list:

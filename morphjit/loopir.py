@@ -1,10 +1,11 @@
 """The loop IR of a replay plan: scalar expressions of loop bodies and the instructions over buffers.
 
-Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Acc``) form a DAG; ``children`` and
-``rebuild`` are the one way to walk and rebuild them, so ``walk``, ``loads`` and ``replace_loads``
-need not know the node kinds. Instructions (``Gemm``, ``Lapack``, ``Nest``, ``RowNest``,
-``ScatterAdd``, ``Alias``, ``RangeCheck``) say which buffers they write (``outs``) and read (``reads()``) and which loop nests
-they run (``nests()``); ``kind`` names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
+Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Position``, ``Random``,
+``Acc``) form a DAG; ``children`` and ``rebuild`` are the one way to walk and rebuild them, so
+``walk``, ``loads`` and ``replace_loads`` need not know the node kinds. Instructions (``Gemm``,
+``Lapack``, ``Nest``, ``RowNest``, ``ScatterAdd``, ``Alias``, ``RangeCheck``) say which buffers
+they write (``outs``) and read (``reads()``) and which loop nests they run (``nests()``); ``kind``
+names them for counts. The consumers (codegen, the plan interpreter, the printer below, explain)
 each dispatch on the node class through one table, so a new kind is a class here plus one handler
 per table.
 
@@ -114,7 +115,33 @@ class Gather:
         return Gather(self.var, self.imap, tuple(None if p is None else next(given) for p in self.picks))
 
 
-Expr = Union[Load, Gather, Const, Acc, Apply, OneHot]
+@dataclass(frozen=True)
+class Random:
+    """Element ``counter(i)`` (a flat index: one affine row of the loop indices) of draw ``stream``
+    of ``dist`` in a call seeded by ``seed``; a pure function of the three (see ``rng.py``), so
+    any loop may compute any element, and two loops computing one element agree."""
+    seed: Expr
+    stream: int
+    dist: str
+    counter: IndexMap
+    dtype: np.dtype
+
+    def children(self) -> tuple:
+        return (self.seed,)
+
+    def rebuild(self, children: tuple) -> Random:
+        return Random(children[0], self.stream, self.dist, self.counter, self.dtype)
+
+
+@dataclass(frozen=True)
+class Position(Leaf):
+    """The integer value of an affine function of the loop indices (one row): an ``iota``'s
+    element. A gather picking at a position reads along that row, with no index array."""
+    imap: IndexMap
+    dtype: np.dtype
+
+
+Expr = Union[Load, Gather, Const, Acc, Apply, OneHot, Position, Random]
 
 
 def walk(expr, seen=None) -> Iterator:
@@ -144,7 +171,8 @@ def loop_axes(expr) -> frozenset[int] | None:
     where it reads a reduction's accumulator."""
     if isinstance(expr, Acc):
         return None
-    maps = [expr.imap] if isinstance(expr, (Load, Gather)) else [expr.klass] if isinstance(expr, OneHot) else []
+    maps = [expr.imap] if isinstance(expr, (Load, Gather, Position)) else [expr.klass] if isinstance(expr, OneHot) else \
+        [expr.counter] if isinstance(expr, Random) else []
     axes = {j for imap in maps for row in imap.coeffs for j, c in enumerate(row) if c}
     for child in expr.children():
         inner = loop_axes(child)
@@ -486,5 +514,7 @@ DESCRIBE_EXPR = {
     Const: lambda e, names, idx: literal(e.value, e.dtype).replace("np.", ""),
     Load: lambda e, names, idx: element(names.use(e.var), e.imap, idx),
     OneHot: lambda e, names, idx: f"({describe_expr(e.labels, names, idx)} == {e.klass.render(idx)[0]})",
+    Position: lambda e, names, idx: e.imap.render(idx)[0],
     Apply: _describe_apply,
+    Random: lambda e, names, idx: f"{e.dist}#{e.stream}({describe_expr(e.seed, names, idx)}, {e.counter.render(idx)[0]})",
 }

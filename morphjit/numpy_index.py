@@ -4,8 +4,9 @@
 Basic indexing (integers, slices, ``None``, ``...``) is a slice and a reshape, both views; integer
 arrays are one gather (``array_api.gather``, the op records in ``gathers.py``); slices with traced
 bounds are gathers at ``start + arange(extent)``. ``x[mask]`` is a ``Masked`` value that can only be
-reduced. Loading this module installs ``getitem`` as the tracer's ``x[key]`` and registers the
-functions into the NumPy dispatch.
+reduced. ``np.arange(n)`` of a batch-dependent ``n`` is an iota (the batch stays symbolic). Loading
+this module installs ``getitem`` as the tracer's ``x[key]`` and registers the functions into the
+NumPy dispatch.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from . import array_api as A
 from . import trace
 from .errors import DtypeError, IndexingError, ShapeError, UnsupportedError, user_location
-from .ir import Lit, Sym, is_float
+from .ir import Lit, Specialize, Sym, dtype_name, is_float
 from .ops import OPS, broadcast_shapes
 from .trace import Tracer
 
@@ -235,8 +236,8 @@ class Masked(trace.NotAnArray):
     def select(x, mask) -> "Masked":
         x, mask = A.as_array(x), A.as_array(mask)
         if tuple(x.shape[:mask.ndim]) != tuple(mask.shape):
-            raise IndexingError(f"a boolean mask of shape {tuple(mask.shape)} does not match the indexed "
-                                f"array of shape {tuple(x.shape)}", user_location())
+            raise IndexingError(f"a boolean mask{_argument(mask)} of shape {tuple(mask.shape)} does not match "
+                                f"the indexed array of shape {tuple(x.shape)}", user_location())
         mask = A.broadcast_to(A.reshape(mask, tuple(mask.shape) + (1,) * (x.ndim - mask.ndim)), x.shape)
         return Masked(A.where(mask, x, 1), mask)
 
@@ -326,12 +327,18 @@ def _index_array(k, extent):
     if k.dtype == np.bool_:
         raise UnsupportedError(f"a boolean mask combined with other indices: {MASK_HINT}", user_location())
     if k.dtype.kind not in "iu":
-        raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}", user_location())
+        raise IndexingError(f"arrays used as indices must be integers, got {k.dtype}{_argument(k)}", user_location())
     if isinstance(k, np.ndarray) and not isinstance(extent, Sym) and k.size \
             and (k.min() < -extent or k.max() >= extent):
         bad = k[(k < -extent) | (k >= extent)].flat[0]
         raise IndexingError(f"index {bad} is out of bounds for an axis of size {extent}", user_location())
     return k
+
+
+def _argument(k) -> str:
+    """`` (argument path)`` for an index array that is an argument of the traced function, else ""."""
+    path = k.trace.paths.get(id(k.operand)) if isinstance(k, Tracer) else None
+    return f" (argument {path})" if path else ""
 
 
 def take(a, indices, axis=None):
@@ -351,16 +358,40 @@ def take_along_axis(arr, indices, axis):
         raise ShapeError(f"take_along_axis: indices of {indices.ndim} dimensions for an array of {arr.ndim}",
                          user_location())
     axis = A.normalize_axes("take_along_axis", axis, arr.ndim)[0]
-    index = []
-    for k in range(arr.ndim):
-        if k == axis:
-            index.append(_index_array(indices, arr.shape[k]))
-        elif isinstance(arr.shape[k], Sym):
-            raise UnsupportedError("take_along_axis: the batch axis can only be the axis taken along",
-                                   user_location())
-        else:
-            index.append(np.arange(arr.shape[k]).reshape([-1 if j == k else 1 for j in range(arr.ndim)]))
+    t = A.trace_of([arr, indices])
+    index = [_index_array(indices, arr.shape[k]) if k == axis else
+             iota(tuple(arr.shape[k] if j == k else 1 for j in range(arr.ndim)), k, np.int64, t)
+             for k in range(arr.ndim)]
     return A.gather(arr, tuple(index), 0)
+
+
+def iota(shape, axis: int, dtype, t):
+    """The index along ``axis`` at every element of ``shape`` (whose extents may be symbolic):
+    traced in ``t``, or a NumPy array where ``t`` is None."""
+    dtype = np.dtype(dtype)
+    if t is None:
+        return OPS["iota"].impl(shape=tuple(shape), axis=axis, dtype=dtype_name(dtype))
+    return t.bind("iota", (), shape=tuple(shape), axis=axis, dtype=dtype_name(dtype))
+
+
+NUMPY_ARANGE = np.arange
+INDEX_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
+
+
+def arange(*args, **kwargs):
+    """``np.arange`` while a trace with a symbolic batch size runs (see
+    ``trace.SYMBOLIC_EXTENT_FUNCTIONS``): ``np.arange(n)`` with ``n`` the batch size, or a multiple of
+    it (``x.shape[0]``), is a traced iota of integers, so the step serves every batch size; a start
+    or step with it needs the concrete size. Other calls are NumPy's."""
+    if not any(isinstance(a, Sym) for a in (*args, *kwargs.values())):
+        return NUMPY_ARANGE(*args, **kwargs)
+    bound = dict(zip(("start", "stop", "step") if len(args) > 1 else ("stop",), args), **kwargs)
+    dtype = np.dtype(bound.pop("dtype", None) or np.int64)
+    stop, start, step = bound.pop("stop", None), bound.pop("start", 0), bound.pop("step", 1)
+    if not isinstance(stop, Sym) or start != 0 or step != 1 or bound or dtype not in INDEX_DTYPES \
+            or trace.current_trace() is None:
+        raise Specialize(f"np.arange({', '.join(map(str, args))}) needs the concrete batch size")
+    return iota((stop,), 0, dtype, trace.current_trace())
 
 
 def choose(a, choices):
@@ -389,4 +420,5 @@ def _expand_ellipsis(key, ndim: int):
 
 
 trace.use_indexing(getitem)
+trace.SYMBOLIC_EXTENT_FUNCTIONS["arange"] = arange
 A.FUNCTIONS.update({np.take: take, np.take_along_axis: take_along_axis, np.choose: choose})

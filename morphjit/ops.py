@@ -66,8 +66,9 @@ class Op:
     # nests(expr, b) are the loop nests of a structural op.
     body: Callable | None = None
     nests: Callable[..., list] | None = None
-    # Operands the op's loops read from buffers (never inlined): buffered(inputs) lists them.
-    buffered: Callable[[tuple], tuple] | None = None
+    # Operands the op's loops read from buffers (never inlined): buffered(b, producer) lists
+    # them for binding b (``producer`` maps value ids to the bindings computing them).
+    buffered: Callable[..., list] | None = None
     # LAPACK ops: the core rank of each operand and then of the output (the leading axes batch).
     core: tuple[int, ...] | None = None
 

@@ -219,6 +219,12 @@ def pow_one(b, producer):
     return drop_identity(b, 1, producer, commutative=False)
 
 
+def pow_zero(b, producer):
+    """``x ** 0`` is 1, for every ``x`` (NaN and infinities too, as in IEEE and NumPy): the second
+    derivative of ``x ** 2`` before ``pow_two`` sees it."""
+    return fill(b.out.type, 1.0) if holds(b.inputs[1], 0, producer) else None
+
+
 def pow_two(b, producer):
     """``x ** 2`` is ``square x``."""
     x, y = b.inputs
@@ -334,7 +340,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
     "neg": (double_neg,),
     "mul": (mul_one,),
     "div": (div_power_of_two,),
-    "pow": (pow_one, pow_two),
+    "pow": (pow_zero, pow_one, pow_two),
     "cast": (cast_same,),
     "where": (where_known, where_same),
     "reshape": (view_of_fill, same_shape, view_of_same_view),

@@ -2,14 +2,18 @@
 
     trace -> vjp -> passes -> lower -> passes -> plan -> codegen -> load
 
-Each `Stage` reads the `Build` of one compilation and fills in one of its fields. `run` times each
-stage (``feedback.Timings``, shown by ``explain`` and the status line), prints what it made when
+A forward-only function (``mj.compile``) skips vjp (`FORWARD_NATIVE`). Each `Stage` reads the
+`Build` of one compilation and fills in one of its fields. `run` times each stage
+(``feedback.Timings``, shown by ``explain`` and the status line), prints what it made when
 ``MORPHJIT_DUMP`` names it, and verifies a program it made under ``MORPHJIT_VERIFY``. The interp
 backend runs `FRONT` only; a training step inserts its own stages (``train.py``: the optimiser
 update after the first passes, the in-place writes after plan) into the same list.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import linecache
 import sys
 import threading
 from collections import OrderedDict
@@ -19,12 +23,13 @@ from typing import Callable
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, config, feedback, kernels, passes
-from .errors import DtypeError, ShapeError, TracingError
+from . import codegen, config, feedback, kernels, passes, pytree
+from .errors import DtypeError, ShapeError, SourceLoc, TracingError
+from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
 from .lower import lower
 from .plan import Plan, make_plan
-from .trace import argument_names, trace_with_tree
+from .trace import NotAnArray, Tracer, argument_names
 from .vjp import vjp
 
 
@@ -38,6 +43,8 @@ class Build:
     batched: frozenset = frozenset()     # the leaves whose leading extent is the batch size
     hint: str = "step"                   # the generated module's name
     cache: bool = True                   # load the module through the disk cache
+    has_aux: bool = False                # the loss function returns (loss, aux)
+    out_tree: object = None              # trace: the tree of aux, or of a forward function's outputs
     forward: Program | None = None       # trace
     program: Program | None = None       # vjp, passes: the joint program (as a step shows it)
     lowered: Program | None = None       # lower, passes
@@ -80,11 +87,19 @@ def inserted(stages: tuple, after: Stage, stage: Stage) -> tuple:
 # The stages
 
 def trace_stage(build: Build) -> None:
-    build.forward = trace_loss(build.fn, build.args, build.spec, build.batched)
+    build.forward, build.out_tree = traced_loss(build.fn, build.args, build.batched, build.has_aux)
+
+
+def trace_outputs_stage(build: Build) -> None:
+    build.forward, build.out_tree = trace_outputs(build.fn, build.args, build.batched)
+    build.program = build.forward
 
 
 def vjp_stage(build: Build) -> None:
-    build.program = vjp(build.forward, build.spec.wrt)
+    """The joint program: the loss, its gradients, then the aux values (computed on the way)."""
+    forward = build.forward
+    joint = vjp(forward.replace(outputs=forward.outputs[:1]), build.spec.wrt)
+    build.program = joint.replace(outputs=joint.outputs + forward.outputs[1:])
 
 
 def passes_stage(build: Build) -> None:
@@ -120,9 +135,13 @@ PLAN = Stage("plan", "planning", "plan (fuse, loops, buffers)", plan_stage, "pla
 CODEGEN = Stage("codegen", "generating code", "codegen (source)", codegen_stage, "source")
 LOAD = Stage("load", "loading the module", "module load", load_stage, "kernel")
 
+TRACE_OUTPUTS = Stage("trace", "tracing", "trace (forward program)", trace_outputs_stage, "program")
+
 FRONT = (TRACE, VJP, PASSES)                                      # to the joint program
 BACK = (LOWER, LOWERED_PASSES, PLAN, CODEGEN, LOAD)               # from it to machine code
 NATIVE = FRONT + BACK
+FORWARD_FRONT = (TRACE_OUTPUTS, PASSES)                           # a forward-only function
+FORWARD_NATIVE = FORWARD_FRONT + BACK
 
 
 def compile_plan(joint: Program) -> Plan:
@@ -133,11 +152,47 @@ def compile_plan(joint: Program) -> Plan:
 # ---------------------------------------------------------------------------------------------
 # Tracing the loss
 
-def trace_loss(fn, args, spec, batched=frozenset()) -> Program:
-    """The forward program of ``fn``, checked to return one float scalar; the leading extent of
-    the leaves in ``batched`` is the symbolic batch size."""
+def trace_loss(fn, args, spec=None, batched=frozenset()) -> Program:
+    """The forward program of ``fn``, checked to return one float scalar."""
+    return traced_loss(fn, args, batched)[0]
+
+
+def traced_loss(fn, args, batched=frozenset(), has_aux=False) -> tuple[Program, object]:
+    """The forward program of ``fn``, checked to return one float scalar (with ``has_aux``: a
+    pair ``(loss, aux)``, aux's leaves the program's further outputs), and aux's tree. The
+    leading extent of the leaves in ``batched`` is the symbolic batch size."""
+    traced = aux_checked(fn) if has_aux else fn
+    program, out_tree = traced_program(traced, args, batched)
+    loss_tree, aux_tree = out_tree.children if has_aux else (out_tree, None)
+    if loss_tree.num_leaves != 1:
+        raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {loss_tree} "
+                           f"({loss_tree.num_leaves} arrays)", function_location(fn))
+    loss = program.outputs[0]
+    loc = next((b.loc for b in program.bindings if b.out is loss), None)
+    if loss.shape != ():
+        raise ShapeError(f"{fn.__name__} must return a scalar loss, but returned {loss.type}; "
+                         f"reduce it, for example with .mean() or .sum()", loc)
+    if not is_float(loss.dtype):
+        raise DtypeError(f"{fn.__name__} must return a float loss, but returned {loss.type}", loc)
+    return program, aux_tree
+
+
+def trace_outputs(fn, args, batched=frozenset()) -> tuple[Program, object]:
+    """The program of a forward-only function, whose outputs are the leaves of what it returns
+    (a tree of arrays and numbers), and their tree."""
+    checked = functools.wraps(fn)(lambda *a: check_leaves(fn, fn(*a), "output"))
+    program, out_tree = traced_program(checked, args, batched)
+    if not out_tree.num_leaves:
+        raise TracingError(f"{fn.__name__} returned {out_tree}, which holds no arrays", function_location(fn))
+    return program, out_tree
+
+
+def traced_program(fn, args, batched):
+    """``trace_twice``, its error extended when an argument holds Python lists of numbers."""
     try:
-        program, out_tree = trace_with_tree(fn, args, batched)
+        return trace_twice(fn, args, batched)
+    except FrozenValueError:
+        raise
     except TracingError as error:
         sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
                      for found in number_sequences(arg, name)]
@@ -146,17 +201,40 @@ def trace_loss(fn, args, spec, batched=frozenset()) -> Program:
         path, kind = sequences[0]
         raise TracingError(f"{error.message}. Note: {path} is a Python {kind}, whose numbers are traced "
                            f"one by one; to use it as an array, pass np.asarray({path})", error.loc) from None
-    if out_tree.num_leaves != 1:
-        raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {out_tree} "
-                           f"({out_tree.num_leaves} arrays)")
-    (loss,) = program.outputs
-    loc = next((b.loc for b in program.bindings if b.out is loss), None)
-    if loss.shape != ():
-        raise ShapeError(f"{fn.__name__} must return a scalar loss, but returned {loss.type}; "
-                         f"reduce it, for example with .mean() or .sum()", loc)
-    if not is_float(loss.dtype):
-        raise DtypeError(f"{fn.__name__} must return a float loss, but returned {loss.type}", loc)
-    return program
+
+
+def aux_checked(fn):
+    """``fn``, checked to return a pair ``(loss, aux)`` whose aux holds arrays and numbers."""
+    @functools.wraps(fn)
+    def checked(*args):
+        result = fn(*args)
+        if type(result) not in (tuple, list) or len(result) != 2:
+            got = (f"a {type(result).__name__} of {len(result)}" if type(result) in (tuple, list)
+                   else f"a {type(result).__name__}")
+            raise TracingError(f"{fn.__name__} is compiled with has_aux=True, so it must return a pair "
+                               f"(loss, aux), but it returned {got}", function_location(fn))
+        check_leaves(fn, result[1], "aux")
+        return result
+    return checked
+
+
+def check_leaves(fn, tree, root: str):
+    """``tree``, refused (naming the leaf's path) unless its leaves are arrays or numbers."""
+    leaves, treedef = pytree.flatten(tree)
+    for path, leaf in zip(pytree.leaf_paths(treedef, root), leaves):
+        if not isinstance(leaf, (Tracer, NotAnArray, np.ndarray, np.generic, bool, int, float)):
+            raise TracingError(f"{path} returned by {fn.__name__} is a {type(leaf).__name__}; "
+                               f"{root} must hold arrays or numbers", function_location(fn))
+    return tree
+
+
+def function_location(fn) -> SourceLoc | None:
+    """Where ``fn`` is defined: the line an error about what it returns points at."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return None
+    line = linecache.getline(code.co_filename, code.co_firstlineno).strip()
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name, line)
 
 
 def number_sequences(tree, path: str) -> list[tuple[str, str]]:

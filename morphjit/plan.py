@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .gathers import in_range, picked_extents
 from .indexing import IndexMap
 from .ir import Namer, Program, Sym, Var
 from .loopir import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
@@ -78,18 +79,19 @@ def range_checks(program: Program) -> list[RangeCheck]:
     """A range check of the class labels one-hot reads (inputs, or computed into a buffer by
     fusion), and of each index array of a gather or scatter-add that is not a constant (those are
     checked as they are traced; the others are inputs or computed into buffers, see
-    ``Op.buffered``)."""
+    ``Op.buffered``) or an iota no longer than its axis (``gathers.in_range``)."""
     consts = {id(v) for v, _ in program.consts}
+    producer = {id(b.out): b for b in program.bindings}
     checks = {}
     for b in program.bindings:
         if b.op == "one_hot":
             labels = b.inputs[0]
             checks[(id(labels), b.kwargs["depth"])] = RangeCheck(labels, b.kwargs["depth"], "class labels")
         if b.op in ("gather", "scatter_add"):
-            shape = b.inputs[0].shape if b.op == "gather" else b.kwargs["shape"]
             names = b.kwargs.get("names") or ("",) * (len(b.inputs) - 1)
-            for k, (index, name) in enumerate(zip(b.inputs[1:], names)):
-                extent = shape[b.kwargs["axis"] + k]
+            for index, name, extent in zip(b.inputs[1:], names, picked_extents(b)):
+                if in_range(index, extent, producer):
+                    continue
                 if id(index) not in consts or isinstance(extent, Sym):
                     what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
                     checks.setdefault((id(index), extent), RangeCheck(index, extent, what, "IndexError", negative=True))

@@ -8,6 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
+from .errors import DtypeError, ShapeError
+
 
 @dataclass(frozen=True)
 class TreeDef:
@@ -115,3 +119,28 @@ def leaf_paths(treedef: TreeDef, root: str) -> list[str]:
 
 def _is_field(treedef: TreeDef) -> bool:
     return treedef.kind is not dict and bool(treedef.keys)
+
+
+def ravel_pytree(tree, name: str = "tree") -> tuple:
+    """``(vector, unravel)``: the float leaves of ``tree`` in one flat vector (a copy, in
+    `flatten`'s order, each leaf in C order), and the function that takes such a vector back to a
+    tree of views into it (JAX's ``ravel_pytree``). The leaves must share one float dtype; the
+    error names the first that does not (``name`` is the tree's path in messages)."""
+    leaves, treedef = flatten(tree)
+    paths = leaf_paths(treedef, name)
+    arrays = [np.asarray(x) for x in leaves]
+    for path, x in zip(paths, arrays):
+        if x.dtype.kind != "f" or x.dtype != arrays[0].dtype:
+            expected = "a float array" if x.dtype.kind != "f" else f"{arrays[0].dtype} like {paths[0]}"
+            raise DtypeError(f"{path} is {x.dtype}; a flat parameter vector needs every leaf {expected}")
+    dtype = arrays[0].dtype if arrays else np.dtype(np.float64)
+    vector = np.concatenate([x.ravel() for x in arrays]) if arrays else np.zeros(0, dtype)
+    shapes = [x.shape for x in arrays]
+    bounds = np.cumsum([0] + [x.size for x in arrays]).tolist()
+
+    def unravel(flat):
+        flat = np.asarray(flat, dtype)
+        if flat.shape != vector.shape:
+            raise ShapeError(f"the flat vector of {name} has shape {vector.shape}, got {flat.shape}")
+        return unflatten(treedef, [flat[a:b].reshape(s) for a, b, s in zip(bounds, bounds[1:], shapes)])
+    return vector, unravel

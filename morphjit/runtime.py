@@ -7,6 +7,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .loopir import batched_input, internal_shape
+from .rng import GENERATORS, seed_of
 from .ir import evaluate, is_symbolic
 from .plan import Plan
 from .pytree import TreeDef
@@ -34,7 +35,6 @@ class NativeStep:
         self.workspace_values = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
         self.input_dtypes = [v.dtype for v in plan.inputs]
         self.scalar_dtypes = self.input_dtypes[n_in - n_scalars:n_in]   # run-time scalars, the last inputs
-        assert not any(is_symbolic(v.shape) for v in plan.outputs), "outputs are parameter-shaped"
         self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
         self.output_shapes = [v.shape for v in plan.outputs]
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
@@ -51,20 +51,19 @@ class NativeStep:
             return Workspace(self)
 
     def __call__(self, *leaves, out=None):
-        """Run the step; ``out`` (checked by the caller) receives the outputs after the first."""
+        """Run the step; ``out`` (checked by the caller) receives the outputs after the first (the
+        gradients or the updated arrays); the others (aux values) are allocated."""
         inputs = [x if type(x) is np.ndarray and x.dtype is dtype and x.ndim and x.flags.c_contiguous
                   else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
-        if out is None:
-            outputs = [np.empty(shape, dtype) for shape, dtype in self.output_buffers]
-        else:
-            outputs = [np.empty(*self.output_buffers[0])] + [o.reshape(shape) for o, (shape, _) in
-                                                             zip(out, self.output_buffers[1:])]
+        batch = None if self.batched is None else inputs[self.batched].shape[0]
+        given = [] if out is None else list(out)
+        outputs = [np.empty(evaluate(shape, batch), dtype) for shape, dtype in self.output_buffers]
+        outputs[1:1 + len(given)] = [o.reshape(shape) for o, (shape, _) in zip(given, self.output_buffers[1:])]
         workspace = self.workspace()
-        fixed = workspace.fixed if self.batched is None else workspace.fixed_for(inputs[self.batched].shape[0])
+        fixed = workspace.fixed if batch is None else workspace.fixed_for(batch)
         self.call(*inputs, *fixed, *outputs)
         self.idle.append(workspace)   # not reached when the call raised: the workspace is dropped
-        if out is not None:
-            return [outputs[0].reshape(())] + list(out)
+        outputs[1:1 + len(given)] = given
         for i in self.scalar_outputs:
             outputs[i] = outputs[i].reshape(())
         return outputs
@@ -101,7 +100,8 @@ class Workspace:
     def __init__(self, step: NativeStep):
         self.step = step
         self.pool, self.pool_batch, self.views = [], -1, OrderedDict()
-        self.loss = np.empty(*step.output_buffers[0])
+        loss_shape, loss_dtype = step.output_buffers[0]
+        self.loss = None if is_symbolic(loss_shape) else np.empty(loss_shape, loss_dtype)
         self.scalars = [np.empty(1, dtype) for dtype in step.scalar_dtypes]
         self.batch = self.fixed = None
         if step.batched is None:
@@ -151,7 +151,10 @@ OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange}   
 
 
 def prepare(x, dtype) -> np.ndarray:
-    """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D."""
+    """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D (a
+    random generator: the seed of the call, drawn from it)."""
+    if isinstance(x, GENERATORS):
+        return seed_of(x)
     a = np.ascontiguousarray(x, dtype)
     return a.reshape(1) if a.ndim == 0 else a
 
@@ -169,8 +172,10 @@ class FastPath(Source):
         super().__init__()
         self.step = step
         self.env = {"step": step, "pop": step.idle.pop, "put": step.idle.append, "Workspace": Workspace,
-                    "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray}
+                    "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray,
+                    "evaluate": evaluate}
         self.batched = False
+        self.generators: list[str] = []   # leaves whose seed is drawn once every check passed
 
     def bind(self, treedef, expr: str, prefix: str) -> list[str]:
         """Lines binding the leaves of the tree ``expr`` to names; returns the names."""
@@ -215,6 +220,10 @@ class FastPath(Source):
         size ``B``, must match it, or (None) is fixed. A ``written`` leaf (updated in place) must
         be a writeable C-contiguous array as it is."""
         self.env[f"D{k}"] = dtype
+        if isinstance(signature, type) and issubclass(signature, GENERATORS):
+            self.line(f"if type({name}) is not {self.constant(signature)}: return None")
+            self.generators.append(name)
+            return
         if not isinstance(signature, tuple):  # a Python scalar argument
             self.line(f"if type({name}) is not {signature.__name__}: return None")
             self.line(f"{name} = ascontiguousarray({name}, D{k}).reshape(1)")
@@ -240,14 +249,34 @@ class FastPath(Source):
         if not shape:
             self.line(f"{name} = {name}.reshape(1)")
 
-    def call(self, arguments: list[str], before: list[str] = ()) -> None:
-        """The kernel call in a borrowed workspace (``ws``: its views ``F``, loss buffer ``o0``),
-        given back once the loss is read into ``loss``. No lock and no ``finally``: a call that
-        raises or is interrupted drops its workspace, and no other call can see it half-updated."""
+    def call(self, arguments: list[str], before: list[str] = (), loss: bool = True) -> None:
+        """The kernel call in a borrowed workspace (``ws``: its views ``F``, loss buffer ``o0``
+        when there is a ``loss``), given back once the loss is read into ``loss``. No lock and no
+        ``finally``: a call that raises or is interrupted drops its workspace, and no other call can
+        see it half-updated."""
         views = "ws.fixed if ws.batch == B else ws.fixed_for(B)" if self.batched else "ws.fixed"
+        reads = (["o0 = ws.loss"], ["loss = o0[0]"]) if loss else ([], [])
+        self.env["seed_of"] = seed_of
+        for name in self.generators:
+            self.line(f"{name} = seed_of({name})")
         for line in ["try: ws = pop()", "except IndexError: ws = Workspace(step)", f"F = {views}",
-                     "o0 = ws.loss", *before, f"step.call({', '.join(arguments)})", "loss = o0[0]", "put(ws)"]:
+                     *reads[0], *before, f"step.call({', '.join(arguments)})", *reads[1], "put(ws)"]:
             self.line(line)
+
+    def allocate(self, outputs) -> list[str]:
+        """Lines allocating the step's ``outputs`` (indices) as ``o<k>``, at the batch size ``B``
+        where the shape has it; returns their names."""
+        for k in outputs:
+            shape, dtype = self.step.output_buffers[k]
+            self.env[f"S{k}"], self.env[f"T{k}"] = shape, dtype
+            self.line(f"o{k} = empty({f'evaluate(S{k}, B)' if is_symbolic(shape) else f'S{k}'}, T{k})")
+        return [f"o{k}" for k in outputs]
+
+    def scalars_as_arrays(self, outputs) -> None:
+        """Lines giving the 0-d ones among ``outputs`` (indices) their shape ``()``."""
+        for k in outputs:
+            if k in self.step.scalar_outputs:
+                self.line(f"o{k} = o{k}.reshape(())")
 
     def tree_expr(self, treedef, names) -> str:
         """Source building a tree of this structure from the names of its leaves."""
@@ -278,8 +307,10 @@ class Unspellable(Exception):
     """A tree the fast path cannot spell as source (a key that is not a str or int)."""
 
 
-def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep, batched=frozenset()):
-    """``f(args, out=None) -> (loss, grads)``, or ``None`` when the arguments do not fit.
+def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: NativeStep, batched=frozenset(),
+              aux_tree=None):
+    """``f(args, out=None) -> (loss, grads)``, or ``None`` when the arguments do not fit; with an
+    ``aux_tree`` (the step's outputs after the gradients), ``((loss, aux), grads)``.
 
     The leading extent of the leaves in ``batched`` is the batch size: any, but the same for all.
     With ``out`` (a tree shaped like the gradients) the gradients are written there and ``out``
@@ -288,28 +319,47 @@ def fast_call(treedef, leaf_signatures, grad_treedefs, single: bool, step: Nativ
     grad_tree = grad_treedefs[0] if single else TreeDef(tuple, (), tuple(grad_treedefs))
     src = FastPath(step)
     src.line("def fast(args, out=None):")
+    n, end = len(step.output_buffers), 1 + grad_tree.num_leaves
+    try:
+        with src.indent():
+            inputs = src.bind(treedef, "args", "x")
+            fixed = src.check_inputs(inputs, leaf_signatures, step.input_dtypes, batched)
+            grads = src.tree_expr(grad_tree, iter(f"o{k}" for k in range(1, end)))
+            src.line("if out is None:")
+            with src.indent():
+                src.allocate(range(1, end))
+            src.line("else:")
+            with src.indent():
+                targets = src.bind(grad_tree, "out", "g")
+                check_out_arrays(src, inputs, targets)
+            aux = src.allocate(range(end, n))
+            src.call(inputs + fixed + [f"o{k}" for k in range(n)])
+            src.scalars_as_arrays(range(end, n))
+            value = "loss" if aux_tree is None else f"(loss, {src.tree_expr(aux_tree, iter(aux))})"
+            src.line("if out is not None:")
+            with src.indent():
+                src.line(f"return {value}, out")
+            src.scalars_as_arrays(range(1, end))
+            src.line(f"return {value}, {grads}")
+    except Unspellable:
+        return None
+    return src.function()
+
+
+def fast_forward(treedef, leaf_signatures, out_tree, step: NativeStep, batched=frozenset()):
+    """``f(args) -> outputs`` (a tree shaped ``out_tree``) for a forward-only step, or ``None``
+    when the arguments do not fit; None (no fast path) for trees it cannot spell as source."""
+    src = FastPath(step)
+    src.line("def fast(args):")
     n = len(step.output_buffers)
     try:
         with src.indent():
             inputs = src.bind(treedef, "args", "x")
             fixed = src.check_inputs(inputs, leaf_signatures, step.input_dtypes, batched)
-            grads = src.tree_expr(grad_tree, iter(f"o{k}" for k in range(1, n)))
-            src.line("if out is None:")
-            with src.indent():
-                for k in range(1, n):
-                    src.line(f"o{k} = empty(S{k}, T{k})")
-            src.line("else:")
-            with src.indent():
-                targets = src.bind(grad_tree, "out", "g")
-                check_out_arrays(src, inputs, targets)
-            src.call(inputs + fixed + [f"o{k}" for k in range(n)])
-            src.line("if out is not None:")
-            with src.indent():
-                src.line("return loss, out")
-            for k in step.scalar_outputs:
-                if k:
-                    src.line(f"o{k} = o{k}.reshape(())")
-            src.line(f"return loss, {grads}")
+            outputs = src.allocate(range(n))
+            src.call(inputs + fixed + outputs, loss=False)
+            src.scalars_as_arrays(range(n))
+            src.line(f"return {src.tree_expr(out_tree, iter(outputs))}")
     except Unspellable:
         return None
     return src.function()
@@ -332,8 +382,9 @@ def check_out_arrays(src: FastPath, inputs: list[str], targets: list[str]) -> No
 
 
 def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: int, n_params: int,
-                check_aliasing):
-    """``f(args, scalars) -> loss`` for a training step, or ``None`` when the arguments do not fit.
+                check_aliasing, aux_tree=None):
+    """``f(args, scalars) -> loss`` for a training step, or ``None`` when the arguments do not fit;
+    with an ``aux_tree`` (the step's outputs after the updated arrays), ``(loss, aux)``.
 
     ``args`` is ``(params, state trees, data)``: its first ``n_written`` leaves (parameters, then
     optimiser state) are updated in place. The kernel takes parameters, data, state, then the
@@ -341,22 +392,25 @@ def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: 
     """
     src = FastPath(step)
     src.line("def fast(args, scalars):")
-    with src.indent():
-        try:
+    n = len(step.output_buffers)
+    try:
+        with src.indent():
             leaves = src.bind(treedef, "args", "x")
-        except Unspellable:
-            return None
-        params, state, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
-        kernel = step.input_dtypes    # parameters, data, state, scalars
-        n_data = len(data)
-        dtypes = kernel[:n_params] + kernel[n_params + n_data:n_written + n_data] + kernel[n_params:n_params + n_data]
-        fixed = src.check_inputs(leaves, leaf_signatures, dtypes, batched, range(n_written))
-        src.env["check_aliasing"] = check_aliasing
-        src.line(f"check_aliasing(({''.join(x + ', ' for x in leaves[:n_written])}), "
-                 f"({''.join(x + ', ' for x in data)}))")
-        scalars = [f"c{k}" for k in range(len(step.scalar_dtypes))]
-        assign = [f"{''.join(c + ', ' for c in scalars)}= ws.scalars",
-                  f"{''.join(c + '[0], ' for c in scalars)}= scalars"] if scalars else []
-        src.call(params + data + state + scalars + fixed + ["o0"] + params + state, before=assign)
-        src.line("return loss")
+            params, state, data = leaves[:n_params], leaves[n_params:n_written], leaves[n_written:]
+            kernel = step.input_dtypes    # parameters, data, state, scalars
+            n_data = len(data)
+            dtypes = kernel[:n_params] + kernel[n_params + n_data:n_written + n_data] + kernel[n_params:n_params + n_data]
+            fixed = src.check_inputs(leaves, leaf_signatures, dtypes, batched, range(n_written))
+            src.env["check_aliasing"] = check_aliasing
+            src.line(f"check_aliasing(({''.join(x + ', ' for x in leaves[:n_written])}), "
+                     f"({''.join(x + ', ' for x in data)}))")
+            scalars = [f"c{k}" for k in range(len(step.scalar_dtypes))]
+            assign = [f"{''.join(c + ', ' for c in scalars)}= ws.scalars",
+                      f"{''.join(c + '[0], ' for c in scalars)}= scalars"] if scalars else []
+            aux = src.allocate(range(1 + n_written, n))
+            src.call(params + data + state + scalars + fixed + ["o0"] + params + state + aux, before=assign)
+            src.scalars_as_arrays(range(1 + n_written, n))
+            src.line("return loss" if aux_tree is None else f"return loss, {src.tree_expr(aux_tree, iter(aux))}")
+    except Unspellable:
+        return None
     return src.function()

@@ -109,7 +109,10 @@ def fold_finishes(instructions: list, outputs: set[int]) -> list:
         prev = result[-1] if result else None
         store = elementwise_store(ins)
         acc = prev.accumulations[-1] if isinstance(prev, Nest) and prev.accumulations else None
-        if store is None or acc is None or id(acc.out) in outputs or store.out.shape != acc.out.shape:
+        # The accumulator takes the dtype of the value it finishes into: a finish that casts
+        # (argmax's float position to int) stays a nest of its own.
+        if (store is None or acc is None or id(acc.out) in outputs or store.out.shape != acc.out.shape
+                or store.out.dtype != acc.out.dtype):
             result.append(ins)
             continue
         reads = [x for x in loads(store.expr) if x.var is acc.out]

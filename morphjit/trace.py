@@ -1,7 +1,10 @@
 """Tracing: run the user's function on tracer arrays and record the forward SSA program."""
 from __future__ import annotations
 
+import contextlib
 import inspect
+import math
+import threading
 
 import numpy as np
 
@@ -96,6 +99,9 @@ class Tracer:
     ndim = property(lambda self: self.operand.type.ndim)
     size = property(lambda self: self.operand.type.size)
     T = property(lambda self: A.transpose(self))
+    # As if C-contiguous (mj.as_strided reads strides computed from these).
+    strides = property(lambda self: tuple(self.dtype.itemsize * math.prod(self.shape[k + 1:])
+                                          for k in range(self.ndim)))
 
     def __repr__(self) -> str:
         return f"Tracer({self.type})"
@@ -121,6 +127,11 @@ class Tracer:
     __index__ = __int__
 
     def __array__(self, dtype=None, copy=None):
+        strided = as_strided_caller()
+        if strided is not None:
+            raise UnsupportedError("np.lib.stride_tricks.as_strided converts its argument to a NumPy array, which a "
+                                   "traced array cannot become: call mj.as_strided (window views) or "
+                                   "np.lib.stride_tricks.sliding_window_view instead", user_location(strided))
         caller = scipy_caller()
         if caller is not None:
             raise scipy_conversion_error(*caller)
@@ -208,28 +219,50 @@ class Tracer:
     round = lambda self, decimals=0: np.round(self, decimals)
 
 
-def scipy_caller():
-    """The public module and name of the outermost SciPy function on the stack, if any."""
+def outermost_frame(matches):
+    """The outermost frame on the stack for which ``matches(frame)`` holds, if any."""
     frame, found = inspect.currentframe(), None
     while frame is not None:
-        module = frame.f_globals.get("__name__", "")
-        if module.startswith("scipy."):
-            found = (module.split("._")[0], frame.f_code.co_name)
+        if matches(frame):
+            found = frame
         frame = frame.f_back
     return found
 
 
+def in_module(prefix: str):
+    return lambda frame: frame.f_globals.get("__name__", "").startswith(prefix)
+
+
+def scipy_caller():
+    """The public module and name of the outermost SciPy function on the stack, and the frame
+    that called it, if any."""
+    frame = outermost_frame(in_module("scipy."))
+    if frame is None:
+        return None
+    return frame.f_globals["__name__"].split("._")[0], frame.f_code.co_name, frame.f_back
+
+
 # Where the traceable twins of a SciPy module's functions live, by the module's public path
-# (``mj.linalg`` registers itself for ``scipy.linalg``); the others' are in ``mj``.
+# (``mj.linalg`` and ``mj.signal`` register themselves for ``scipy.linalg`` and ``scipy.signal``);
+# the others' are in ``mj``.
 TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
 
 
-def scipy_conversion_error(module: str, name: str) -> UnsupportedError:
-    """``module.name`` converts its arguments with ``np.asarray``: the ``mj`` function to call instead."""
+def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
+    """``module.name``, called from the frame ``caller``, converts its arguments with
+    ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
     prefix, namespace = TWIN_NAMESPACES.get(module, ("mj", A))
     hint = f"; call {prefix}.{name} instead, which traces" if hasattr(namespace, name) else ""
     return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
-                            f"a traced array cannot become{hint}", user_location())
+                            f"a traced array cannot become{hint}", user_location(caller))
+
+
+def as_strided_caller():
+    """The frame that called NumPy's ``as_strided`` (which converts its argument to an array), if
+    it is on the call stack."""
+    in_numpy = in_module("numpy.")
+    frame = outermost_frame(lambda f: f.f_code.co_name == "as_strided" and in_numpy(f))
+    return None if frame is None else frame.f_back
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
@@ -264,13 +297,61 @@ def trace_with_tree(fn, args, batched=frozenset()):
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
     t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
     try:
-        out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
+        with recording(t, symbolic=bool(batched)):
+            out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
         outputs = tuple(output_var(t, x) for x in out_leaves)
     finally:
         t.closed = True
     program = Program(tuple(x.operand for x in tracers), tuple(t.bindings), outputs, tuple(t.consts),
                       getattr(fn, "__name__", "program"))
     return program, out_tree
+
+
+# NumPy functions that do not dispatch on a symbolic extent (``np.arange(x.shape[0])``), by name:
+# their replacements while a trace with a symbolic batch size runs (registered by the modules
+# defining them). A replacement passes every call without a symbolic extent on to NumPy's own.
+SYMBOLIC_EXTENT_FUNCTIONS: dict = {}
+_numpy_own: dict = {}        # NumPy's functions while they are replaced
+_symbolic_traces = 0         # traces with a symbolic batch size running, in all threads
+_replacing = threading.Lock()
+_current = threading.local()
+
+
+@contextlib.contextmanager
+def recording(t: Trace, symbolic: bool):
+    """While a function runs on ``t``'s tracers: ``t`` is this thread's current trace and, where
+    the batch size is symbolic, NumPy's functions in ``SYMBOLIC_EXTENT_FUNCTIONS`` are replaced
+    (in every thread, until the last such trace ends; other calls reach NumPy's own)."""
+    stack = _current.__dict__.setdefault("traces", [])
+    stack.append(t)
+    if symbolic:
+        _count_symbolic_trace(+1)
+    try:
+        yield
+    finally:
+        stack.pop()
+        if symbolic:
+            _count_symbolic_trace(-1)
+
+
+def _count_symbolic_trace(change: int) -> None:
+    global _symbolic_traces
+    with _replacing:
+        _symbolic_traces += change
+        if change > 0 and _symbolic_traces == 1:
+            _numpy_own.update((name, getattr(np, name)) for name in SYMBOLIC_EXTENT_FUNCTIONS)
+            for name, function in SYMBOLIC_EXTENT_FUNCTIONS.items():
+                setattr(np, name, function)
+        elif _symbolic_traces == 0:
+            for name, function in _numpy_own.items():
+                setattr(np, name, function)
+            _numpy_own.clear()
+
+
+def current_trace() -> Trace | None:
+    """The trace the calling thread records into (the innermost one); None outside tracing."""
+    stack = getattr(_current, "traces", None)
+    return stack[-1] if stack else None
 
 
 def argument_names(fn, count: int) -> list[str]:
@@ -288,7 +369,16 @@ def readable_path(path: str, names: list[str]) -> str:
     return names[int(index)] + rest
 
 
+# Leaf types that are not data, by type: ``maker(trace, leaf, path)`` is what the function receives
+# for such a leaf, and its ``operand`` the program input standing for it (``rng.py`` registers
+# random generators).
+LEAF_TRACERS: dict = {}
+
+
 def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
+    maker = LEAF_TRACERS.get(type(leaf))
+    if maker is not None:
+        return maker(t, leaf, path)
     if isinstance(leaf, (bool, int, float)) and not isinstance(leaf, np.generic):
         dtype = np.result_type(type(leaf))
         return Tracer(t, Var(TensorType((), dtype)), weak=True)

@@ -23,18 +23,20 @@ from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
 from .plan import can_write_in_place, make_plan, write_in_place
 from .runtime import NativeStep, fast_update
+from .static_args import StaticArguments
 from .trace import Trace, Tracer
 
 STEP = "step"   # the state entry counting the updates done
 
 
-def training_program(joint: Program, optimizer: Optimizer) -> Program:
-    """Append the update of each differentiated input (the first ``len(grads)`` inputs).
+def training_program(joint: Program, optimizer: Optimizer, n_params: int) -> Program:
+    """Append the update of each differentiated input (the first ``n_params`` inputs).
 
     Inputs: the joint program's, then the optimiser state of each parameter (name by name), then
-    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new state.
+    the run-time scalars (f64[]). Outputs: the loss, the new parameters, the new state, then the
+    aux values (the joint program's outputs after the gradients).
     """
-    grads = joint.outputs[1:]
+    grads, aux = joint.outputs[1:1 + n_params], joint.outputs[1 + n_params:]
     params = joint.inputs[:len(grads)]
     t = Trace()
     t.bindings, t.consts = list(joint.bindings), list(joint.consts)
@@ -53,7 +55,7 @@ def training_program(joint: Program, optimizer: Optimizer) -> Program:
     return joint.replace(
         inputs=joint.inputs + tuple(v for name in optimizer.state_names for v in state[name]) + tuple(scalars),
         bindings=tuple(t.bindings), outputs=(joint.outputs[0],) + tuple(t.operand(x, lift_literals=True)
-                                                                         for x in updated),
+                                                                         for x in updated) + aux,
         consts=tuple(t.consts))
 
 
@@ -70,7 +72,7 @@ def training_stages(optimizer: Optimizer, native: bool) -> tuple:
 
 
 def update_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
-    build.program = training_program(build.program, optimizer)
+    build.program = training_program(build.program, optimizer, len(build.spec.wrt))
 
 
 def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
@@ -89,18 +91,29 @@ def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
 
 
 class TrainStep:
-    """``loss = step(params, state, *data)``: one optimiser step, updating params and state in place."""
+    """``loss = step(params, state, *data)``: one optimiser step, updating params and state in place
+    (``(loss, aux)`` for a loss function with ``has_aux``)."""
 
-    def __init__(self, loss_fn, optimizer: Optimizer, backend="numba", cache=True, static_shapes=False):
+    def __init__(self, loss_fn, optimizer: Optimizer, backend="numba", cache=True, static_shapes=False,
+                 has_aux=False, static_argnums=(), static_argnames=()):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"optimizer must come from mj.optim (sgd, adam, adamw, rmsprop), "
                             f"got {type(optimizer).__name__}")
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if isinstance(loss_fn, CompiledLoss):   # its has_aux and static arguments hold here too
+            has_aux = has_aux or loss_fn.has_aux
+            static_argnums = tuple(loss_fn.static_argnums) + tuple(
+                static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))
         self.fn = loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn
         functools.update_wrapper(self, self.fn)
-        self.optimizer, self.backend, self.cache = optimizer, backend, cache
+        self.optimizer, self.backend, self.cache, self.has_aux = optimizer, backend, cache, has_aux
+        self.static_shapes = static_shapes
         self._site = CallSite(static_shapes)   # the compiled updates by call signature
+        self._static = StaticArguments.of(self.fn, static_argnums, static_argnames)
+        if self._static is not None:
+            self._static.check_traced(0, "updated in place (it holds the parameters)")
+        self._bound: dict = {}   # static values -> the training step of fn with them bound
         # The arrays of the last call's check (kept alive), their sorted (start, end, path) byte
         # ranges and the ids of the owners of their memory: one tuple, replaced at once, so that a
         # call in another thread never sees the ranges of one call's arrays with another's.
@@ -117,7 +130,11 @@ class TrainStep:
         return state
 
     def __call__(self, params, state, *data, lr=None):
-        """One step at the optimiser's learning rate (or ``lr``); returns the loss before it."""
+        """One step at the optimiser's learning rate (or ``lr``); returns the loss before it
+        (with ``has_aux``, the loss and the aux values before it)."""
+        if self._static is not None:
+            key, (params, *data) = self._static.split((params,) + data)
+            return self._with_static(key)(params, state, *data, lr=lr)
         step_count = self._check_state(state)
         lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
@@ -130,9 +147,20 @@ class TrainStep:
         if loss is None:
             loss = self._checked_call(args, scalars)
         else:
-            site.hits += 1
+            site.hits.add()
         state[STEP][...] = step_count + 1
         return loss
+
+    def _with_static(self, key) -> TrainStep:
+        """The training step of the function with the static values of ``key`` bound."""
+        bound = self._bound.get(key)
+        if bound is None:
+            with self._site.compiling:
+                bound = self._bound.get(key)
+                if bound is None:
+                    bound = self._bound[key] = TrainStep(self._static.bound(self.fn, key), self.optimizer,
+                                                         self.backend, self.cache, self.static_shapes, self.has_aux)
+        return bound
 
     def _checked_call(self, args, scalars):
         """The slow path: find (or compile) the step for the arguments' signature, check, run."""
@@ -158,11 +186,12 @@ class TrainStep:
     def cache_info(self) -> CallStats:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
         input types of each compiled step."""
-        return self._site.stats(lambda run: run.native and run.native.kernel)
+        own = self._site.stats(lambda run: run.native and run.native.kernel)
+        return CallStats.total([own] + [bound.cache_info() for bound in list(self._bound.values())])
 
     def steps(self) -> list["CompiledUpdate"]:
         """The compiled updates, each once (a polymorphic one serves several leaf signatures)."""
-        return self._site.steps()
+        return self._site.steps() + [s for bound in list(self._bound.values()) for s in bound.steps()]
 
     def _check_state(self, state) -> int:
         expected = {STEP, *self.optimizer.state_names}
@@ -195,7 +224,7 @@ class TrainStep:
         written = len(run.paths)
         batched = frozenset(k + written - n_params for k in run.batched)   # data come after the state
         return fast_update(treedef, [leaf_signature(x) for x in leaves], run.native, batched, written,
-                           n_params, lambda w, d: self._check_aliasing(w, d, run))
+                           n_params, lambda w, d: self._check_aliasing(w, d, run), run.aux_tree)
 
     def _check_signature(self, spec, leaves, state_trees) -> tuple[list[str], list[str]]:
         """Check parameters and optimiser state; the paths of the arrays updated in place and of
@@ -221,7 +250,7 @@ class TrainStep:
         return paths, data_paths
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
-        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache)
+        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux)
         pipeline.run(training_stages(self.optimizer, native=self.backend != "interp"), build)
         n_params = len(spec.wrt)
         run = CompiledUpdate(build, n_params, len(self.optimizer.state_names) * n_params,
@@ -293,7 +322,8 @@ def check_updatable(path: str, x) -> None:
 
 
 class CompiledUpdate:
-    """One signature of a training step: ``run(inputs, written) -> loss``."""
+    """One signature of a training step: ``run(inputs, written) -> loss`` (``(loss, aux)`` when
+    it has an ``aux_tree``)."""
 
     paths: list[str]        # of the arrays updated in place
     data_paths: list[str]   # of the data leaves
@@ -302,6 +332,7 @@ class CompiledUpdate:
 
     def __init__(self, build: pipeline.Build, n_params: int, n_state: int, n_scalars: int):
         self.program, self.n_params, self.n_state, self.source = build.program, n_params, n_state, build.source
+        self.aux_tree = build.out_tree if build.has_aux else None
         self.native = None if build.kernel is None else NativeStep(build.plan, build.kernel, build.arguments, n_scalars)
 
     def label_error(self, inputs: list) -> ValueError | None:
@@ -311,19 +342,26 @@ class CompiledUpdate:
 
     def __call__(self, inputs: list, written: list):
         if self.native is not None:
-            return self.native(*inputs, out=written)[0][()]
-        error = self.label_error(inputs)   # as the compiled step checks them
-        if error is not None:
-            raise error
-        outputs = interp.run(self.program, *inputs)
-        for target, value in zip(written, outputs[1:]):
-            np.copyto(target, value)
-        return outputs[0][()]
+            outputs = self.native(*inputs, out=written)
+        else:
+            error = self.label_error(inputs)   # as the compiled step checks them
+            if error is not None:
+                raise error
+            outputs = interp.run(self.program, *inputs)
+            for target, value in zip(written, outputs[1:]):
+                np.copyto(target, value)
+        if self.aux_tree is None:
+            return outputs[0][()]
+        return outputs[0][()], pytree.unflatten(self.aux_tree, outputs[1 + len(written):])
 
 
-def train_step(loss_fn, optimizer: Optimizer, *, backend="numba", cache=True, static_shapes=False) -> TrainStep:
+def train_step(loss_fn, optimizer: Optimizer, *, has_aux=False, static_argnums=(), static_argnames=(),
+               backend="numba", cache=True, static_shapes=False) -> TrainStep:
     """A training step for ``loss_fn(params, *data)`` (a function or a ``compile_loss`` of one):
     ``state = step.init(params)``, then ``loss = step(params, state, *data)`` computes the loss
-    and gradients and applies ``optimizer``'s update to ``params`` and ``state`` in place. Like
-    ``compile_loss``, one compiled step serves every batch size unless ``static_shapes``."""
-    return TrainStep(loss_fn, optimizer, backend, cache, static_shapes)
+    and gradients and applies ``optimizer``'s update to ``params`` and ``state`` in place. With
+    ``has_aux=True``, ``loss_fn`` returns ``(loss, aux)`` and the step returns them. Static
+    arguments (positions or names among ``loss_fn``'s, not the parameters) are baked in as for
+    ``compile_loss``. Like ``compile_loss``, one compiled step serves every batch size unless
+    ``static_shapes``."""
+    return TrainStep(loss_fn, optimizer, backend, cache, static_shapes, has_aux, static_argnums, static_argnames)

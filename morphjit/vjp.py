@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from . import array_api as A
-from .errors import MorphjitError
-from .ir import Lit, Program, TensorType, Var, is_float
+from .errors import MorphjitError, UnsupportedError
+from .ir import Binding, Lit, Program, TensorType, Var, is_float
 from .ops import OPS
 from .trace import Trace, Tracer
 
@@ -28,10 +28,21 @@ def vjp(program: Program, wrt: Sequence[int]) -> Program:
     (loss,) = program.outputs
     t = Trace()
     t.bindings, t.consts = list(program.bindings), list(program.consts)
-    wrt_vars = [program.inputs[i] for i in wrt]
-    active = active_values(program, wrt_vars)
+    grads = backward(t, program.bindings, loss, [program.inputs[i] for i in wrt])
+    outputs = (loss,) + tuple(t.operand(g, lift_literals=True) for g in grads)
+    return program.replace(bindings=tuple(t.bindings), outputs=outputs, consts=tuple(t.consts))
+
+
+def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) -> list[Tracer]:
+    """Append to ``t`` the reverse sweep over ``bindings`` (which compute the float scalar
+    ``loss``, a value or a literal) and return the gradient of ``loss`` for each of ``wrt``.
+
+    The backward bindings are traced ops like any others, so a program holding them can be
+    differentiated again (``second.py``)."""
+    active = active_values(bindings, wrt)
     cotangents: dict[int, Tracer] = {id(loss): Tracer(t, Lit(1.0, loss.dtype))}
-    for b in reversed(program.bindings):
+    outer_loc = t.loc
+    for b in reversed(bindings):
         g = cotangents.pop(id(b.out), None)
         if g is None or id(b.out) not in active:
             continue
@@ -42,20 +53,21 @@ def vjp(program: Program, wrt: Sequence[int]) -> Program:
         for x, gx in zip(b.inputs, grads):
             if gx is not None and isinstance(x, Var) and id(x) in active:
                 accumulate(cotangents, x, fit_to(gx, x.type, b.op))
-    t.loc = None
-    grads = [cotangents[id(v)] if id(v) in cotangents else A.full(v.shape, 0, v.dtype, like=t)
-             for v in wrt_vars]
-    outputs = (loss,) + tuple(t.operand(g, lift_literals=True) for g in grads)
-    return program.replace(bindings=tuple(t.bindings), outputs=outputs, consts=tuple(t.consts))
+    t.loc = outer_loc
+    return [cotangents[id(v)] if id(v) in cotangents else A.full(v.shape, 0, v.dtype, like=t)
+            for v in wrt]
 
 
-def active_values(program: Program, wrt: Sequence[Var]) -> set[int]:
-    """Float values that depend on a differentiated input through differentiable ops."""
+def active_values(bindings: Sequence[Binding], wrt: Sequence[Var]) -> set[int]:
+    """Float values that depend on a differentiated input. A float op without a VJP rule on such
+    a value is refused: taking its result as constant would give a silently wrong gradient."""
     active = {id(v) for v in wrt}
-    for b in program.bindings:
-        op = OPS[b.op]
-        if op.differentiable and is_float(b.out.dtype) and any(id(x) in active for x in b.inputs
-                                                                   if isinstance(x, Var)):
+    for b in bindings:
+        if is_float(b.out.dtype) and any(id(x) in active for x in b.inputs if isinstance(x, Var)):
+            if not OPS[b.op].differentiable:
+                raise UnsupportedError(f"{b.op} has no VJP rule, but its float result depends on a "
+                                       f"differentiated value; wrap its operands in mj.stop_gradient if no "
+                                       f"gradient should flow through it", b.loc)
             active.add(id(b.out))
     return active
 

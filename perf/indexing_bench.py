@@ -6,7 +6,8 @@ Two workloads at batch 64, float32 and float64, each the loss and the gradients 
 * ``embedding``: a bag of embeddings, ``mean(E[tokens], axis=1) @ W`` and a softmax
   cross-entropy (V=1000 words of d=32, 16 tokens per example, 10 classes); the gradient of ``E``
   is a scatter-add with repeated tokens.
-* ``ce-pick``: ``-mean(log_softmax(x @ W)[np.arange(n), y])`` (64 features, 100 classes).
+* ``ce-pick``: ``-mean(log_softmax(x @ W)[np.arange(n), y])`` (64 features, 100 classes), with
+  ``n = y.shape[0]``, so morphjit's step is the one serving every batch size.
 
 Every implementation is checked against morphjit before it is timed; times are medians of
 interleaved samples (``perf.timing``), one BLAS thread. Run:
@@ -44,7 +45,7 @@ def embedding_loss(p, tokens, y):
 def pick_loss(p, x, y):
     z = x @ p["W"]
     logp = z - mj.logsumexp(z, axis=1, keepdims=True)
-    return -np.mean(logp[np.arange(len(y)), y])
+    return -np.mean(logp[np.arange(y.shape[0]), y])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -439,6 +439,15 @@ class AutogradNS:
     def one_hot(labels, depth, dtype=np.float64):
         return (labels[..., None] == np.arange(depth)).astype(dtype)
 
+    @staticmethod
+    def sliding_window_view(x, k, axis):
+        windows = np.arange(x.shape[axis] - k + 1)[:, None] + np.arange(k)
+        return anp.moveaxis(anp.moveaxis(x, axis, -1)[..., windows], -2, axis)
+
+    @classmethod
+    def max_pool2d(cls, x, kernel_size):
+        return _max_pool2d(cls.sliding_window_view, anp.max, x, kernel_size)
+
 
 class NumpyNS:
     """Plain NumPy (with SciPy-free implementations of the composites; SciPy's special functions)."""
@@ -481,6 +490,22 @@ class NumpyNS:
     @staticmethod
     def astype(x, dtype):
         return np.asarray(x).astype(dtype)
+
+    @staticmethod
+    def sliding_window_view(x, k, axis):
+        return np.lib.stride_tricks.sliding_window_view(x, k, axis=axis)
+
+    @classmethod
+    def max_pool2d(cls, x, kernel_size):
+        return _max_pool2d(cls.sliding_window_view, np.max, x, kernel_size)
+
+
+def _max_pool2d(sliding_window_view, amax, x, kernel_size):
+    """Max pooling of an NCHW array with stride equal to the kernel, from sliding windows."""
+    kh, kw = kernel_size
+    rows = sliding_window_view(x, kh, 2)[:, :, ::kh]
+    cells = sliding_window_view(rows, kw, 3)[:, :, :, ::kw]
+    return amax(cells, axis=(-2, -1))
 
 
 AG = AutogradNS()

@@ -258,10 +258,12 @@ class _Builder:
     def extended(self):
         # Drawn from the program's seeded generator: uniform over the many kinds (hypothesis's
         # derandomized choices favour the first few).
-        kinds = sorted(self.EXTENDED_UNARY) + self.EXTENDED_BINARY + ["prod", "diagonal"]
+        kinds = sorted(self.EXTENDED_UNARY) + self.EXTENDED_BINARY + ["prod", "diagonal", "window", "max_pool"]
         kind = kinds[int(self.rng.integers(len(kinds)))]
         if kind in self.EXTENDED_UNARY:
             return self._extended_unary(kind, self.EXTENDED_UNARY[kind])
+        if kind in ("window", "max_pool"):
+            return self._windows(kind)
         if kind == "prod":
             x = self.pick(lambda n: n.ndim >= 1)
             if x is None:
@@ -277,6 +279,24 @@ class _Builder:
             shape = x.shape[2:] + (min(x.shape[:2]),)
             return self.emit(f"ns.diagonal({x.name})", shape, x.lo, x.hi, [x])
         return self._extended_binary(kind)
+
+    def _windows(self, kind):
+        """A sliding window view along one axis, or 2-d max pooling over the last two axes."""
+        if kind == "window":
+            x = self.pick(lambda n: n.ndim >= 1)
+            if x is None:
+                return None
+            axis = self.draw(st.integers(0, x.ndim - 1))
+            k = self.draw(st.integers(1, x.shape[axis]))
+            shape = x.shape[:axis] + (x.shape[axis] - k + 1,) + x.shape[axis + 1:] + (k,)
+            return self.emit(f"ns.sliding_window_view({x.name}, {k}, axis={axis})", shape, x.lo, x.hi, [x])
+        x = self.pick(lambda n: n.ndim >= 2)
+        if x is None:
+            return None
+        (h, w), sizes = x.shape[-2:], (self.draw(st.integers(1, x.shape[-2])), self.draw(st.integers(1, x.shape[-1])))
+        batch = _size(x.shape[:-2])
+        shape = (batch, 1, h // sizes[0], w // sizes[1])
+        return self.emit(f"ns.max_pool2d(ns.reshape({x.name}, {(batch, 1, h, w)!r}), {sizes!r})", shape, x.lo, x.hi, [x])
 
     def _extended_unary(self, kind, domain):
         x = self.pick()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import morphjit as mj
 from morphjit.compiler import batched_leaves
+from morphjit.numpy_index import NUMPY_ARANGE
 from morphjit.ir import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
 from models import MODELS
 from strategies import random_programs
@@ -94,6 +95,17 @@ def test_using_the_batch_size_as_a_number_specialises():
     step = mj.compile_loss(per_row)
     assert_same(step(params, x), reference(per_row, (params, x)), rtol=1e-12)
     assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
+
+
+def test_an_arange_from_another_start_specialises():
+    def tail(params, x):
+        return mj.sum(x[np.arange(1, x.shape[0])] @ params["w"])
+
+    params, x = {"w": np.ones(3)}, np.arange(12.0).reshape(4, 3)
+    step = mj.compile_loss(tail)
+    assert_same(step(params, x), reference(tail, (params, x)), rtol=1e-12)
+    assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
+    assert np.arange is NUMPY_ARANGE            # NumPy's own again, after a trace that failed
 
 
 def test_static_shapes_compiles_each_batch_size():

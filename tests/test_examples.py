@@ -26,7 +26,7 @@ def load():
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic", "char_embeddings",
-                       "gp_regression"}
+                       "gp_regression", "scipy_fit", "cnn_digits"}
 
 
 def test_mlp_digits(load, capsys):
@@ -38,6 +38,14 @@ def test_mlp_digits(load, capsys):
     assert result["test_accuracy"] > 0.9
     assert "test accuracy" in out and "hand-written NumPy" in out
     assert result["compiled_s"] > 0 and result["numpy_s"] > 0
+    assert result["compiles"] == 1                   # the smaller last batch of an epoch: same step
+
+
+def test_cnn_digits(load, capsys):
+    result = load("cnn_digits").main(steps=300, show_plan=False)
+    assert result["final_loss"] < 0.1 * result["initial_loss"]
+    assert result["test_accuracy"] >= 0.95
+    assert "test accuracy" in capsys.readouterr().out
     assert result["compiles"] == 1                   # the smaller last batch of an epoch: same step
 
 
@@ -74,6 +82,16 @@ def test_gp_regression_reaches_the_optimum_of_scikit_learn(load, capsys):
     assert abs(result["lml"] - result["sklearn_lml"]) <= 1e-6 * abs(result["sklearn_lml"])
     np.testing.assert_allclose(result["theta"], result["sklearn_theta"], atol=1e-3)
     assert "scikit-learn" in capsys.readouterr().out
+
+
+def test_scipy_fit_matches_autograd_and_newton_needs_fewer_iterations(load, capsys):
+    result = load("scipy_fit").main(n=2000, d=12, maxiter=100)
+    lbfgs, newton = result["results"]["L-BFGS-B"], result["results"]["trust-ncg"]
+    assert abs(lbfgs["loss"] - newton["loss"]) < 1e-8 and newton["iterations"] < lbfgs["iterations"]
+    assert lbfgs["autograd_diff"] < 1e-8 and newton["autograd_diff"] < 1e-8
+    objective, direction = result["objective"], np.linspace(-1.0, 1.0, 13)
+    np.testing.assert_allclose(result["hessian"] @ direction, objective.hessp(newton["x"], direction), rtol=1e-12)
+    assert np.all(result["standard_errors"] > 0) and "autograd" in capsys.readouterr().out
 
 
 def test_progress_redraws_in_place_on_a_tty(load):

@@ -208,7 +208,7 @@ def fast_status(monkeypatch):
 
 
 def slow_compile(monkeypatch, seconds=0.4, stage="vjp"):
-    """Make one stage of every compilation (``vjp`` or ``trace_loss``) take ``seconds`` longer."""
+    """Make one stage of every compilation (``vjp`` or ``traced_loss``) take ``seconds`` longer."""
     real = getattr(pipeline, stage)
 
     def slow(*args):
@@ -298,7 +298,7 @@ def test_a_failed_compilation_ends_its_status(monkeypatch, fast_status):
     tty = FakeTTY()
     monkeypatch.setattr("sys.stderr", tty)
     monkeypatch.delenv("MORPHJIT_QUIET", raising=False)
-    slow_compile(monkeypatch, 0.2, stage="trace_loss")
+    slow_compile(monkeypatch, 0.2, stage="traced_loss")
     loss = mj.compile_loss(lambda p: p * p, backend="interp")  # not a scalar
     with pytest.raises(mj.ShapeError):
         loss(np.ones(3))

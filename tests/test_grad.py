@@ -19,6 +19,7 @@ import pytest
 import morphjit as mj
 from morphjit import array_api as A
 from morphjit.custom import is_user_op
+from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
 
 from gradcheck import AG, AG_SCIPY_LINALG, check_against_autograd, check_vjp_fd
@@ -303,6 +304,28 @@ case("gather", lambda ns, a, b: ns.choose(_DUP[:4] % 2, [a, b]) if ns is mj else
 case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
                                    else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
 
+
+
+def _windows_by_stacking(x, k):
+    """The last axis's windows of ``k``, stacked from slices (autograd has no window views)."""
+    n = x.shape[-1] - k + 1
+    return AG.stack([x[..., a:a + n] for a in range(k)], axis=-1)
+
+
+def _unwindow_by_padding(g, n):
+    k = g.shape[-1]
+    return sum(AG.concatenate([np.zeros(g.shape[:-2] + (a,)), g[..., a], np.zeros(g.shape[:-2] + (n - g.shape[-2] - a,))],
+                              axis=-1) for a in range(k))
+
+
+case("window", lambda ns, x: ns.lib.stride_tricks.sliding_window_view(x, 3, -1) if ns is np
+     else (mj.sliding_window_view(x, 3, -1) if ns is mj else _windows_by_stacking(x, 3)), [(2, 5)], "sliding")
+case("unwindow", lambda ns, g: mj.conv_transpose2d(g[None, None], np.ones((1, 1, 1, 3)))[0, 0]
+     if ns is mj else _unwindow_by_padding(g[:, :, None] * np.ones((1, 1, 3)), 4), [(4, 2)], "conv_transpose")
+case("window_max", lambda ns, x: mj.max_pool2d(x, 2, 1) if ns is mj else
+     AG.max(AG.stack([x[:, :, a:a + 3, b:b + 2] for a in range(2) for b in range(2)]), axis=0), [(1, 2, 4, 3)],
+     "max_pool2d")
+
 _ROWS = np.zeros((5, 2))
 _ROWS[[1, 3], [0, 1]] = 1.0
 _COLS = np.zeros((2, 4))
@@ -368,6 +391,38 @@ for _lower in (True, False):
              mj.linalg.triangular_matmul(a, b, lower=lo, trans=t) if ns is mj else
              ns.swapaxes(_triangular(a, lo) - 4.0 * np.eye(4), 0, 1) @ b if t else (_triangular(a, lo) - 4.0 * np.eye(4)) @ b,
              [(4, 4), (4, 2)], f"lower={_lower}-trans={_trans}")
+# The factor read on its diagonal only (Murray's rule in closed form), or also off it (the full rule)
+case("cholesky", lambda ns, x: ns.sum(ns.linalg.cholesky(_spd(ns, x)) * np.eye(4), axis=-1), [(4, 4)], "diagonal-mask")
+case("cholesky", lambda ns, x: ns.log(ns.diagonal(ns.linalg.cholesky(_spd(ns, x)))), [(4, 4)], "log-diagonal")
+case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * (np.eye(3) + np.eye(3, k=-2)), [(3, 3)],
+     "almost-diagonal-mask")
+case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * np.array([[2.0]]), [(3, 3)], "one-by-one-mask")
+
+
+def _slogdet_after_cholesky(ns, x):
+    k = _spd(ns, x)
+    ns.linalg.cholesky(k)   # the factor slogdet then reads
+    return ns.linalg.slogdet(k)[1]
+
+
+case("cholesky", _slogdet_after_cholesky, [(4, 4)], "slogdet-of-factored")
+
+
+def _cho_solve(ns, x, b, lower):
+    if ns is not mj:
+        return ns.linalg.solve(_spd(ns, x), b)
+    factor = mj.linalg.cho_factor(_spd(ns, x), lower=lower)
+    return mj.linalg.cho_solve(factor, b)
+
+
+for _lower in (True, False):
+    case("cho_solve", lambda ns, x, b, lo=_lower: _cho_solve(ns, x, b, lo), [(4, 4), (4, 2)], f"lower={_lower}")
+case("cho_solve", lambda ns, x, b: _cho_solve(ns, x, b, True), [(3, 3), (3,)], "vector")
+for _lower in (True, False):
+    case("triangular_inverse", lambda ns, a, lo=_lower: mj.linalg.triangular_inverse(_triangular(a, lo), lower=lo)
+         if ns is mj else ns.linalg.inv(_triangular(a, lo)), [(4, 4)], f"lower={_lower}")
+case("weighted_gram", lambda ns, w, e: apply("weighted_gram", [w, e]) if ns is mj else
+     ns.swapaxes(w * np.tri(4), 0, 1) @ (e[:, None] * (w * np.tri(4))), [(4, 4), (4,)], "signed-weights")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3, 2)], "matrix")
 case("solve", lambda ns, a, b: ns.linalg.solve(a + 4.0 * np.eye(3), b), [(3, 3), (3,)], "vector")
 case("inv", lambda ns, a: ns.linalg.inv(a + 4.0 * np.eye(3)), [(3, 3)], "plain")

@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
 from morphjit.interp import run_plan
+from morphjit.numpy_index import NUMPY_ARANGE
+from morphjit.plan import range_checks
 
 from gradcheck import check_loss_grads_fd
 from test_ops import advanced_index, rand_shape
@@ -34,6 +36,7 @@ def every_form(ns, p, tokens, y, bits, i):
         ns.sum(E[REPEATED[:, None], np.array([0, -1, 0])]),   # broadcast pairs, repeated
         ns.sum(T[REPEATED % 3, :, REPEATED[::-1] % 2] * 0.5),  # separated by a slice
         ns.sum(T[1, ..., bits] ** 2),              # an integer counts as an index array
+        ns.sum(E[None, REPEATED, 1:] ** 2),              # with None and a slice
         ns.sum(take(W, y, 1) * 0.1),
         ns.sum(E[i] * E[i + 1]),                         # traced scalars
         ns.sum(E[2 * i:2 * i + 3] ** 3),                  # a slice with traced bounds
@@ -70,6 +73,47 @@ def test_every_form_matches_autograd(backend):
     # another traced scalar, the same compiled step
     value, _ = compiled(params, tokens, y, bits, 1)
     np.testing.assert_allclose(value, autograd_reference(params, tokens, y, bits, 1)[0], rtol=1e-12)
+
+
+def batch_pick(ns, p, x, y):
+    """Picks along the batch: at ``np.arange`` of the batch size, by ``np.take_along_axis`` and
+    by ``np.choose`` (autograd has neither: it indexes and selects instead)."""
+    along = np.take_along_axis if ns is mj else lambda a, i, axis: a[np.arange(len(a))[:, None], i]
+    choose = np.choose if ns is mj else lambda k, c: anp.where(k == 0, c[0], c[1])
+    z = x @ p["W"]
+    logp = z - ns.log(ns.sum(ns.exp(z), axis=1, keepdims=True))
+    n = x.shape[0]
+    return -ns.mean(logp[np.arange(n), y]) + ns.sum(along(logp, y[:, None], axis=1) ** 2) * 0.1 \
+        + ns.sum(choose(y % 2, [logp[:, 0], logp[:, 1]])) + ns.mean(logp * np.arange(5.0)) \
+        + ns.mean(logp * np.arange(n)[:, None])          # an arange of the batch size as a value
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_pick_at_an_arange_of_the_batch_size_serves_every_batch_size(backend):
+    rng = np.random.default_rng(5)
+    params = {"W": rng.normal(size=(4, 5))}
+    compiled = mj.compile_loss(lambda p, x, y: batch_pick(mj, p, x, y), backend=backend)
+    for n in (3, 7, 64):
+        x = rng.normal(size=(n, 4))
+        y = np.array([2, -1, 2]) if n == 3 else rng.integers(-5, 5, n)   # repeated and negative labels
+        value, grads = compiled(params, x, y)
+        np.testing.assert_allclose(value, batch_pick(anp, params, x, y), rtol=1e-12)
+        ref = autograd.grad(lambda W: batch_pick(anp, {"W": W}, x, y))(params["W"])
+        np.testing.assert_allclose(grads["W"], ref, rtol=1e-10, atol=1e-12)
+    info = compiled.cache_info()
+    assert info.misses == 1 and info.signatures == ("f64[4,5] f64[B,4] i64[B]",), info
+    assert np.arange is NUMPY_ARANGE
+    # the aranges are read as the loop index: the labels are range-checked, they are not
+    program = compiled.program(params, x, y)
+    producer = {id(b.out): b.op for b in program.bindings}
+    checked = [producer.get(id(c.values), "y") for c in range_checks(program)]
+    assert "iota" in producer.values() and "y" in checked and "iota" not in checked
+    if backend == "interp":   # the plan interpreter: the loops read the aranges as loop indices
+        plan = compile_plan(program)
+        for a, e in zip(run_plan(plan, params["W"], x, y), mj.run(program, params["W"], x, y)):
+            np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12)
+    with pytest.raises(IndexError, match=r"index argument y \(at test_indexing.py:\d+\) must lie in \[-5, 5\), got 5"):
+        compiled(params, x, np.where(np.arange(64) == 9, 5, y))
 
 
 def test_repeated_indices_accumulate_against_finite_differences():
@@ -118,10 +162,10 @@ def test_a_traced_scalar_index_out_of_range_raises(backend):
 
 def test_float_index_arguments_and_masks_of_the_wrong_shape_are_refused():
     compiled = mj.compile_loss(lambda E, t: mj.sum(E[t]))
-    with pytest.raises(mj.IndexingError, match="integers, got float64"):
+    with pytest.raises(mj.IndexingError, match=r"integers, got float64 \(argument t\)"):
         compiled(np.ones((5, 2)), np.array([0.0, 1.0]))
     assert compiled(np.ones((5, 2)), np.array([True, False, True, False, True]))[0] == 6.0
-    with pytest.raises(mj.IndexingError, match=r"mask of shape \(4,\) does not match .* \(5, 2\)"):
+    with pytest.raises(mj.IndexingError, match=r"mask \(argument t\) of shape \(4,\) does not match .* \(5, 2\)"):
         compiled(np.ones((5, 2)), np.array([True, False, True, False]))
 
 

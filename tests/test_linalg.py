@@ -36,14 +36,16 @@ def everything(x, y):
     alpha = la.cho_solve((L, True), y)
     upper = la.cho_solve(la.cho_factor(k), y)
     tri = la.solve_triangular(L, y, lower=True, trans="T")
+    log_diagonal = np.log(np.diagonal(np.linalg.cholesky(k), axis1=-2, axis2=-1))   # read on its diagonal only
     w, v = np.linalg.eigh(k)
     well = x + 2.0 * np.eye(x.shape[-1], dtype=x.dtype)
     q, r = np.linalg.qr(well)
     fitted, residuals, _, singular = la.lstsq(well[:, :, :3], y)    # NumPy does not batch lstsq
-    terms = [np.sum(y * alpha), np.sum(upper * tri), np.linalg.slogdet(k)[1].sum(), np.linalg.det(k).sum(),
+    terms = [np.sum(y * alpha), np.sum(upper * tri), np.linalg.slogdet(k)[1].sum() + np.linalg.slogdet(well)[1].sum(), np.linalg.det(k).sum(),
              np.sum(np.linalg.solve(k, y) ** 2), np.sum(np.linalg.inv(k) * x), np.sum(w * w),
              np.sum(v ** 2 * x), np.sum(q ** 2 * x), np.sum(r ** 2), np.sum(np.linalg.eigvalsh(k)),
-             np.sum(fitted ** 2) + np.sum(residuals) + np.sum(singular), np.sum(np.linalg.pinv(well) * x)]
+             np.sum(fitted ** 2) + np.sum(residuals) + np.sum(singular), np.sum(np.linalg.pinv(well) * x),
+             np.sum(log_diagonal * y[:, 0]), np.sum(la.triangular_inverse(well) * x)]
     total = terms[0]
     for t in terms[1:]:
         total = total + t
@@ -142,6 +144,40 @@ def test_cholesky_gradients_hold_over_a_spread_of_condition_numbers(condition):
     np.testing.assert_allclose(gy, alpha, rtol=1e-7 * condition)
 
 
+def gp_nll(k, y):
+    """A GP's negative log likelihood as users write it: the factor is read by ``cho_solve`` and on
+    its diagonal only, so the gradient goes through ``k^-1`` and never back through ``L``."""
+    L = np.linalg.cholesky(k)
+    return 0.5 * np.sum(y * la.cho_solve((L, True), y)) + np.sum(np.log(np.diagonal(L, axis1=-2, axis2=-1)))
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_gradients_through_the_inverse_hold_over_a_spread_of_condition_numbers(backend):
+    rng = np.random.default_rng(3)
+    q, _ = np.linalg.qr(rng.standard_normal((5, 5)))
+    y = rng.standard_normal(5)
+    step = mj.compile_loss(gp_nll, argnums=(0, 1), backend=backend)
+    for condition in (1e1, 1e4, 1e8):
+        k = (q * np.geomspace(1.0, 1.0 / condition, 5)) @ q.T
+        _, (gk, gy) = step(k, y)
+        kinv = np.linalg.inv(k)
+        alpha = kinv @ y
+        np.testing.assert_allclose(gk, 0.5 * (kinv - np.outer(alpha, alpha)), rtol=1e-7 * condition, atol=1e-9)
+        np.testing.assert_allclose(gy, alpha, rtol=1e-7 * condition)
+
+
+def test_the_gradient_of_a_factored_solve_and_log_determinant_does_not_go_back_through_the_factor():
+    program = mj.compile_loss(gp_nll, argnums=(0, 1)).program(spd(np.eye(4)), np.ones(4))
+    ops = [b.op for b in program.bindings]
+    assert ops.count("cho_solve") == 2 and "solve_triangular" not in ops   # Murray's rule: two solves
+    assert ops.count("triangular_inverse") == 1 and ops.count("weighted_gram") == 1 and "triangular_matmul" not in ops
+
+
+def test_cho_solve_on_a_factor_the_trace_did_not_make_is_two_triangular_solves():
+    program = mj.trace(lambda L, b: np.sum(la.cho_solve((L, True), b)), np.eye(3), np.ones(3))
+    assert [b.op for b in program.bindings].count("solve_triangular") == 2
+
+
 def test_eigh_gradients_stay_finite_for_repeated_eigenvalues():
     def loss(a):
         w, v = np.linalg.eigh(a)
@@ -150,6 +186,26 @@ def test_eigh_gradients_stay_finite_for_repeated_eigenvalues():
     _, g = mj.compile_loss(loss, backend="interp")(np.eye(3))
     assert np.all(np.isfinite(g))
     np.testing.assert_allclose(np.diag(g), 2.0 + 1.0)   # d sum(w^2) = 2 I; v = I reads the diagonal
+
+
+def test_slogdet_of_a_factored_matrix_reads_the_factor():
+    def loss(k):
+        L = np.linalg.cholesky(k)
+        sign, logabsdet = np.linalg.slogdet(k)
+        return np.sum(L) + np.sum(sign * logabsdet)
+
+    ops = [b.op for b in mj.trace(loss, spd(np.ones((2, 3, 3)))).bindings]
+    assert "slogdet" not in ops and ops.count("cholesky") == 1
+
+
+def test_slogdet_of_a_factored_matrix_has_numpys_sign_for_nan_input():
+    def signs(k):
+        np.linalg.cholesky(k)
+        return np.sum(np.linalg.slogdet(k)[0])
+
+    k = np.stack([spd(np.ones((3, 3))), np.full((3, 3), np.nan)])
+    value, _ = mj.compile_loss(signs, backend="interp")(k)
+    assert value == np.sum(np.linalg.slogdet(k)[0]) == 2.0
 
 
 def test_numpy_linalg_calls_on_traced_arrays_are_the_same_ops():
@@ -189,6 +245,13 @@ def test_a_singular_triangular_system_raises():
         step(np.tril(np.ones((3, 3))) - np.eye(3), np.ones(3))
 
 
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_inverting_a_singular_triangular_matrix_raises(backend):
+    step = mj.compile_loss(lambda a: np.sum(la.triangular_inverse(a, lower=True)), backend=backend)
+    with pytest.raises(np.linalg.LinAlgError, match="singular"):
+        step(np.tril(np.ones((3, 3))) - np.eye(3))
+
+
 def test_scipy_linalg_on_a_traced_array_points_to_mj_linalg():
     import scipy.linalg
 
@@ -201,3 +264,10 @@ def test_shape_errors_name_the_problem():
         mj.trace(lambda a: np.linalg.cholesky(a), np.ones((2, 3)))
     with pytest.raises(mj.ShapeError, match="do not fit"):
         mj.trace(lambda a, b: np.linalg.solve(a, b), np.eye(3), np.ones(2))
+
+
+def test_cholesky_takes_scipys_lower_and_refuses_a_contradiction():
+    k = spd(np.arange(9.0).reshape(3, 3))
+    np.testing.assert_allclose(la.cholesky(k, lower=False), np.linalg.cholesky(k).T)
+    with pytest.raises(ValueError, match="contradict"):
+        la.cholesky(k, upper=True, lower=True)

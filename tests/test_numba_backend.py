@@ -50,6 +50,7 @@ def every_op(p, labels, mask):
     loss = loss + mj.sum(mj.one_hot(labels, 6, x.dtype) * y) + mj.sum(logits) * 0.1
     loss = loss + mj.sum(mj.tanh(x[:, labels]) * y[:, :4]) + mj.sum(x[np.array([3, 0, 3, -1]), labels[::-1]]) + mj.sum(x.T[labels, 1:3])
     loss = loss + mj.sum(mj.reshape(x, (2, 12)).astype(np.float32).astype(x.dtype) ** 2) * 0.01
+    loss = loss + mj.sum(np.take_along_axis(x, labels[:, None], axis=1) * y[:, :1])   # an iota
     return loss + sum(mj.sum(t) * 0.01 for t in _extended_terms(x, y, pos))
 
 
@@ -79,6 +80,8 @@ def test_every_op_agrees_with_reference(dtype):
     program = compiled.program(*every_op_args(dtype))
     used = {b.op for b in program.bindings} | {"matmul", "transpose", "broadcast_to", "fill"}
     used |= {name for name, op in OPS.items() if op.kind == LINALG}   # one program in test_linalg.py
+    used |= {"random"}   # drawn from a generator argument: test_random.py compares the backends
+    used |= {"window", "unwindow", "window_max"}                        # programs in test_conv.py
     assert set(OPS) - used - set(filter(is_user_op, OPS)) == set(), "an op is not exercised"
 
 

@@ -33,20 +33,25 @@ def _loss(x, y):
     return sum(np.sum(t * (k + 1.0) / 40) for k, t in enumerate(_elementwise_terms(x, y)))
 
 
+def _check_both_backends(loss, x, y, rtol) -> None:
+    """The compiled step and the reference executor agree on ``loss(x, y)`` and its gradients in
+    ``x.dtype``, and the reference executor agrees with NumPy."""
+    results = {b: mj.compile_loss(loss, argnums=(0, 1), backend=b)(x, y) for b in ("numba", "interp")}
+    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
+    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(v_i, loss(x, y), rtol=rtol)
+    for a, b in zip(g_n, g_i):
+        assert a.dtype == b.dtype == x.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+
+
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_elementwise_family_compiled_matches_reference(dtype):
     rng = np.random.default_rng(0)
     x = rng.uniform(0.2, 0.8, (3, 5)).astype(dtype)
     y = rng.uniform(0.5, 2.0, (5,)).astype(dtype)
-    results = {b: mj.compile_loss(_loss, argnums=(0, 1), backend=b)(x, y) for b in ("numba", "interp")}
-    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
-    rtol = 1e-5 if dtype == F32 else 1e-12
-    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
-    with np.errstate(all="ignore"):
-        np.testing.assert_allclose(v_i, _loss(x, y), rtol=rtol)
-    for a, b in zip(g_n, g_i):
-        assert a.dtype == b.dtype == dtype
-        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+    _check_both_backends(_loss, x, y, rtol=1e-5 if dtype == F32 else 1e-12)
 
 
 def test_integer_elementwise_compiled_matches_numpy():
@@ -133,14 +138,7 @@ def test_special_functions_compiled_match_reference(dtype):
     rng = np.random.default_rng(2)
     x = rng.uniform(0.1, 0.9, (3, 5)).astype(dtype)
     y = rng.uniform(0.5, 2.0, (5,)).astype(dtype)
-    results = {b: mj.compile_loss(_special_loss, argnums=(0, 1), backend=b)(x, y) for b in ("numba", "interp")}
-    (v_n, g_n), (v_i, g_i) = results["numba"], results["interp"]
-    rtol = 1e-4 if dtype == F32 else 1e-11
-    np.testing.assert_allclose(v_n, v_i, rtol=rtol)
-    np.testing.assert_allclose(v_i, _special_loss(x, y), rtol=rtol)
-    for a, b in zip(g_n, g_i):
-        assert a.dtype == b.dtype == dtype
-        np.testing.assert_allclose(a, b, rtol=rtol * 10, atol=rtol)
+    _check_both_backends(_special_loss, x, y, rtol=1e-4 if dtype == F32 else 1e-11)
 
 
 def _towards_one(dtype) -> np.ndarray:

@@ -18,8 +18,10 @@ import scipy.linalg
 import scipy.special as sp
 
 import morphjit as mj
-from morphjit import array_api, numpy_index
+from morphjit import array_api, numpy_index, rng as random_draws, stride_tricks
+from morphjit.ir import DTYPES_BY_NAME, dtype_name
 from morphjit.custom import is_user_op
+from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
@@ -247,6 +249,16 @@ def advanced_index_make(rng, dt):
     return (x,), dict(key=advanced_index(rng, x.shape))
 
 
+def iota_make(rng, dt):
+    x = values(rng, rand_shape(rng, 1, 3), dt)
+    return (x,), dict(axis=int(rng.integers(0, x.ndim)))
+
+
+def times_position(x, axis):
+    """``x`` times each element's index along ``axis`` (an iota, as ``np.arange`` of the batch size)."""
+    return x * numpy_index.iota(x.shape, axis, np.int64, array_api.trace_of([x]))
+
+
 def take_make(rng, dt):
     x = values(rng, rand_shape(rng, 1, 3, max_dim=5), dt)
     axis = rng.choice([None] + list(range(-x.ndim, x.ndim)))
@@ -294,6 +306,20 @@ def unslice_make(rng, dt):
 
 def unslice_key(shape, starts, stops, steps):
     return tuple(slice(a, None if b < 0 else b, s) for a, b, s in zip(starts, stops, steps))
+
+
+def random_make(dist):
+    """A seed (the int64 input a generator argument becomes) and the draw's distribution and dtype."""
+    return lambda rng, dt: ((np.array(rng.integers(-2 ** 63, 2 ** 63, dtype=np.int64)),),
+                            dict(dist=dist, dtype=dtype_name(dt)))
+
+
+def random_draw(seed, dist, dtype):
+    return array_api.bind("random", [seed], shape=(3, 4), dtype=dtype, dist=dist, stream=1)
+
+
+def random_ref(seed, dist, dtype):
+    return random_draws.draw(seed, 1, dist, DTYPES_BY_NAME[dtype], np.arange(12).reshape(3, 4))
 
 
 def one_hot_make(rng, dt):
@@ -736,6 +762,7 @@ def _cases():
         Case("gather", "take_along_axis", lambda x, i, axis: mj.take_along_axis(x, i, axis),
              lambda x, i, axis: np.take_along_axis(x, i, axis), take_along_axis_make),
         Case("gather", "choose", lambda a, *cs: mj.choose(a, cs), lambda a, *cs: np.choose(a, cs), choose_make),
+        Case("iota", "times-position", times_position, lambda x, axis: x * np.indices(x.shape)[axis], iota_make),
         Case("scatter_add", "repeated-indices", lambda g, i, shape, axis: array_api.scatter_add(g, (i,), shape, axis),
              _scatter_add_ref, scatter_add_make),
         Case("unslice", "unslice", array_api.unslice,
@@ -760,6 +787,8 @@ def _cases():
         Case("add", "full-constant", lambda x: mj.add(x, mj.full(x.shape, 2.0, x.dtype)),
              lambda x: x + np.full(x.shape, 2.0, x.dtype), unary()),
         Case("fill", "full_like-int", lambda x: mj.full_like(x, 7), lambda x: np.full_like(x, 7), int_make),
+        Case("random", "normal", random_draw, random_ref, random_make("normal")),
+        Case("random", "uniform", random_draw, random_ref, random_make("uniform")),
         Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
              lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
         # Stable composites
@@ -821,6 +850,11 @@ def linalg_make(kind, rhs=None):
     return make
 
 
+def _gram_make(rng, dt):
+    n, batch = int(rng.integers(1, 5)), rand_shape(rng, 0, 2, max_dim=3)
+    return (np.asarray(rng.standard_normal(batch + (n, n)), dt), np.asarray(rng.standard_normal((n,)), dt)), {}
+
+
 def _batched_solve_triangular(a, b, **kw):
     if a.ndim == 2:
         return scipy.linalg.solve_triangular(a, b, **kw)
@@ -835,17 +869,30 @@ def _linalg_cases() -> list[Case]:
         Case("cholesky", "spd", la.cholesky, np.linalg.cholesky, linalg_make("spd"), tol=10),
         Case("cholesky", "upper", lambda a: la.cholesky(a, upper=True),
              lambda a: np.swapaxes(np.linalg.cholesky(a), -1, -2), linalg_make("spd"), tol=10),
+        Case("cholesky", "scipy-lower", lambda a: la.cholesky(a, lower=True), np.linalg.cholesky, linalg_make("spd"),
+             tol=10),
+        Case("cholesky", "scipy-upper", lambda a: la.cholesky(a, lower=False),
+             lambda a: np.swapaxes(np.linalg.cholesky(a), -1, -2), linalg_make("spd"), tol=10),
         Case("solve_triangular", "lower", lambda a, b: la.solve_triangular(a, b, lower=True),
              lambda a, b: _batched_solve_triangular(a, b, lower=True), linalg_make("lower", "matrix"), tol=10),
         Case("solve_triangular", "upper-trans", lambda a, b: la.solve_triangular(np.swapaxes(a, -1, -2), b, trans="T"),
              lambda a, b: np.linalg.solve(a, b), linalg_make("lower", "matrix"), tol=100),
-        Case("solve_triangular", "cho_solve", lambda a, b: la.cho_solve(la.cho_factor(a, lower=True), b),
+        Case("cho_solve", "lower", lambda a, b: la.cho_solve(la.cho_factor(a, lower=True), b),
              np.linalg.solve, linalg_make("spd", "vector"), tol=100),
-        Case("solve_triangular", "cho_solve-upper", lambda a, b: la.cho_solve(la.cho_factor(a), b),
+        Case("cho_solve", "upper", lambda a, b: la.cho_solve(la.cho_factor(a), b),
              np.linalg.solve, linalg_make("spd", "matrix"), tol=100),
+        Case("solve_triangular", "cho_solve-given-factor", lambda a, b: la.cho_solve((a, True), b),
+             lambda a, b: np.linalg.solve(np.tril(a) @ np.swapaxes(np.tril(a), -1, -2), b),
+             linalg_make("lower", "matrix"), tol=100),
+        Case("triangular_inverse", "lower", lambda a: la.triangular_inverse(a, lower=True),
+             lambda a: np.linalg.inv(np.tril(a)), linalg_make("lower"), tol=100),
+        Case("triangular_inverse", "upper", lambda a: la.triangular_inverse(np.swapaxes(a, -1, -2)),
+             lambda a: np.linalg.inv(np.swapaxes(np.tril(a), -1, -2)), linalg_make("lower"), tol=100),
         Case("triangular_matmul", "lower-trans",
              lambda a, b: la.triangular_matmul(a, b, lower=True, trans=True),
              lambda a, b: np.swapaxes(np.tril(a), -1, -2) @ b, linalg_make("lower", "matrix")),
+        Case("weighted_gram", "signed", lambda w, e: apply("weighted_gram", [w, e]),
+             lambda w, e: np.swapaxes(np.tril(w), -1, -2) @ (e[..., None] * np.tril(w)), _gram_make),
         Case("solve", "vector", la.solve, np.linalg.solve, linalg_make("general", "vector"), tol=100),
         Case("solve", "matrix", la.solve, np.linalg.solve, linalg_make("general", "matrix"), tol=100),
         Case("inv", "inv", la.inv, np.linalg.inv, linalg_make("general"), tol=100),
@@ -881,6 +928,49 @@ def lstsq_make(rng, dt):
 
 
 CASES += _linalg_cases()
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows (morphjit.conv): views of sliding windows, their transpose, max pooling
+
+def window_make(rng, dt):
+    shape = rand_shape(rng, 1, 3, max_dim=5)
+    axis = tuple(int(a) for a in rng.permutation(len(shape))[:rng.integers(1, len(shape) + 1)])
+    return (values(rng, shape, dt),), dict(window_shape=tuple(int(rng.integers(1, shape[a] + 1)) for a in axis),
+                                           axis=axis)
+
+
+def unwindow_make(rng, dt):
+    n, k = int(rng.integers(3, 7)), int(rng.integers(1, 3))
+    return (values(rng, (2, n - k + 1, k), dt),), dict(n=n)
+
+
+def _unwindow_ref(g, n):
+    out = np.zeros(g.shape[:1] + (n,), g.dtype)
+    for a in range(g.shape[-1]):
+        out[:, a:a + g.shape[1]] += g[..., a]
+    return out
+
+
+def pool_make(domain="any"):
+    def make(rng, dt):
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3))) + tuple(int(d) for d in rng.integers(2, 6, 2))
+        return (values(rng, shape, dt, domain),), dict(k=int(rng.integers(1, 3)), stride=int(rng.integers(1, 3)))
+    return make
+
+
+def _max_pool_ref(x, k, stride):
+    windows = np.lib.stride_tricks.sliding_window_view(x, (k, k), axis=(2, 3))[:, :, ::stride, ::stride]
+    return np.max(windows, axis=(4, 5))
+
+
+CASES += [
+    Case("window", "sliding_window_view", lambda x, window_shape, axis: mj.sliding_window_view(x, window_shape, axis),
+         lambda x, window_shape, axis: np.lib.stride_tricks.sliding_window_view(x, window_shape, axis), window_make),
+    Case("unwindow", "col2im", lambda g, n: stride_tricks.unwindow(g, (2, n), stride_tricks.windows((2, n), (1,), (g.shape[-1],))[1]),
+         _unwindow_ref, unwindow_make),
+    Case("window_max", "max_pool2d", lambda x, k, stride: mj.max_pool2d(x, k, stride), _max_pool_ref, pool_make()),
+]
 
 
 def _args(case: Case, dtype, seed):
@@ -970,6 +1060,9 @@ LOWER_CASES = {
     "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
     "softmax_cross_entropy": sce_make("big"),
     "erfinv": unary("unit"), "digamma": unary("any"),
+    "window_max": lambda rng, dt: ((values(rng, (2, 3, 5, 4), dt),), dict(shape=(2, 3, 4, 2, 2, 3),
+                                                                          coeffs=stride_tricks.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
+                                                                          axes=(4, 5))),
 }
 
 
@@ -991,7 +1084,7 @@ def test_lowering_matches_impl(op_name, dtype):
     for seed in SEEDS:
         rng = np.random.default_rng([zlib.crc32(op_name.encode()), seed])
         args, kw = LOWER_CASES[op_name](rng, dtype)
-        params_ = {"axes": array_api.normalize_axes(op_name, kw["axis"], args[0].ndim)} if "axis" in kw else {}
+        params_ = {"axes": array_api.normalize_axes(op_name, kw["axis"], args[0].ndim)} if "axis" in kw else kw
         program, (out,) = trace_run(lambda *a: op.lower(*a, **params_), *args)
         assert op_name not in ops_of(program), f"the lowering of {op_name} binds {op_name} itself"
         with np.errstate(all="ignore"):

@@ -356,6 +356,15 @@ SIMPLIFY_CASES = [
           v1:f64[3] = square v0
         out v1
     """),
+    case("pow-zero", """
+        in v0:f64[3] v1:f64[3]
+          v2:f64[3] = pow v0 0.0
+          v3:f64[3] = mul v1 v2
+        out v3
+    """, """
+        in v0:f64[3] v1:f64[3]
+        out v1
+    """),
     case("pow-kept", """
         in v0:f64[3]
           v1:f64[3] = pow v0 3.0

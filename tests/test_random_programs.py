@@ -127,11 +127,12 @@ def test_strategy_reaches_every_op_family():
         seen.update(b.op for b in mj.trace(fn, *args).bindings)
 
     collect()
-    # unslice and scatter_add, the transposes of slicing and gathering, occur in gradients only;
+    # unslice, scatter_add and unwindow, the transposes of slicing, gathering and windowing, occur
+    # in gradients only;
     # linear algebra needs well-conditioned matrices: test_linalg, test_grad and test_ops cover it.
     from morphjit.custom import is_user_op
     linalg = {name for name, op in OPS.items() if op.kind == LINALG}
     wanted = ({name for name, op in OPS.items() if op.vjp is not None and not is_user_op(name)}
-              - {"unslice", "scatter_add", "stop_gradient"} - linalg)
+              - {"unslice", "scatter_add", "unwindow", "stop_gradient"} - linalg)
     missing = wanted - seen
     assert not missing, f"random programs never use {sorted(missing)}"

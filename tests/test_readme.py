@@ -27,6 +27,7 @@ def test_python_blocks_run_in_order(capsys):
         exec(compile(block, f"README.md block {index}", "exec"), namespace)
     assert set(namespace["grads"]) == set(namespace["params"])
     assert namespace["loss"].cache_info().misses == 1          # every batch size: one compile
+    assert namespace["bag_of_embeddings"].cache_info().misses == 1   # the pick's arange too
     out = capsys.readouterr().out
     assert "matmul" in out and "at README.md block" in out     # the error names the user's line
     assert "<compiled loss 'loss': 1 signature" in out

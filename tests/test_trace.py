@@ -10,6 +10,7 @@ import collections
 import zlib
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 import scipy.special as sp
 import pytest
 
@@ -98,6 +99,8 @@ NUMPY_CASES = {
                                np.roll(t, 1, axis=2), np.tile(b, 2), np.repeat(x, 2, axis=0), np.pad(x, 1),
                                np.diff(t, axis=1), np.broadcast_arrays(b, x[:, :1])[0], np.meshgrid(b, b)[0],
                                np.shape(x)[0] * x, np.ndim(x) * x, np.size(x) * x),
+    # morphjit/stride_tricks.py
+    "windows": lambda x6: (np.lib.stride_tricks.sliding_window_view(x6, 3, axis=1), sliding_window_view(x6, (1, 2))),
     # functions
     "sum": lambda x, t: (np.sum(x), np.sum(x, axis=1), np.sum(t, axis=(0, 2)), np.sum(x, axis=-1, keepdims=True)),
     "mean": lambda x, t: (np.mean(x), np.mean(t, axis=1), np.mean(x, axis=0, keepdims=True)),
