@@ -46,7 +46,7 @@ from numba.core.dispatcher import Dispatcher
 
 from . import config, vecmath
 from .cache_store import (PREFIX, TEMP_PREFIX, CacheWarning, Damaged, NotPrivate, Store,
-                          VerifiedCacheFile, entry_files, entry_lock, entry_names,
+                          VerifiedCacheFile, entries, entry_files, entry_lock, entry_names,
                           make_private_dir, open_store, read_regular_file, remove_any,
                           remove_entry, remove_files, remove_unless_locked, total_size, warn_once,
                           write_atomically)
@@ -150,8 +150,7 @@ def parse_size(text: str) -> int:
 def cache_info() -> CacheInfo:
     """Count the cached programs and their bytes, numba's files included."""
     directory = cache_dir()
-    per_entry = tuple(CacheEntry(name, total_size(entry_files(directory, name)))
-                      for name in entry_names(directory))
+    per_entry = tuple(CacheEntry(name, total_size(files)) for name, files in entries(directory).items())
     return CacheInfo(directory, len(per_entry), sum(e.bytes for e in per_entry), per_entry)
 
 
@@ -428,19 +427,20 @@ class _VerifiedCache(FunctionCache):
 
 def _prune(directory: Path, max_bytes: int, keep: str | None) -> list[CacheEntry]:
     """Evict least recently used entries, never `keep` nor a locked one, down to `max_bytes`."""
-    entries = [CacheEntry(name, total_size(entry_files(directory, name)))
-               for name in entry_names(directory)]
-    total = sum(entry.bytes for entry in entries)
+    files = entries(directory)
+    sizes = {name: total_size(paths) for name, paths in files.items()}
+    total = sum(sizes.values())
+    if total <= max_bytes:
+        return []
     evicted = []
-    for entry in sorted(entries, key=lambda e: _last_used(directory, e.name)):
+    for name in sorted(files, key=lambda name: _last_used(files[name])):
         if total <= max_bytes:
             break
-        if entry.name != keep and remove_unless_locked(directory, entry.name):
-            total -= entry.bytes
-            evicted.append(entry)
+        if name != keep and remove_unless_locked(directory, name):
+            total -= sizes[name]
+            evicted.append(CacheEntry(name, sizes[name]))
     return evicted
 
 
-def _last_used(directory: Path, name: str) -> float:
-    times = [path.stat().st_mtime for path in entry_files(directory, name) if path.exists()]
-    return max(times, default=0.0)
+def _last_used(paths) -> float:
+    return max([path.stat().st_mtime for path in paths if path.exists()], default=0.0)

@@ -400,11 +400,19 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 def entry_names(directory: Path) -> list[str]:
     """Entries with a module file, and machine code left without one (e.g. by an eviction)."""
-    names = {path.stem for path in directory.glob(f"{PREFIX}*.py")}
-    for path in directory.glob(f"__pycache__/{PREFIX}*"):
+    return list(entries(directory))
+
+
+def entries(directory: Path) -> dict[str, list[Path]]:
+    """Each entry's files (as `entry_files` lists them) by name, from one listing of each
+    directory: a glob per entry made each save quadratic in the number of cached kernels."""
+    modules = {path.stem: path for path in directory.glob(f"{PREFIX}*.py")}
+    numba_files: dict[str, list[Path]] = {}
+    for path in sorted(directory.glob(f"__pycache__/{PREFIX}*")):
         if match := _ENTRY_NAME.match(path.name):
-            names.add(match[1])
-    return sorted(names)
+            numba_files.setdefault(match[1], []).append(path)
+    return {name: ([modules[name]] if name in modules else []) + numba_files.get(name, [])
+            for name in sorted(modules.keys() | numba_files.keys())}
 
 
 def entry_files(directory: Path, name: str) -> list[Path]:

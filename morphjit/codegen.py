@@ -8,18 +8,16 @@ shape () are passed as one-element vectors.
 """
 from __future__ import annotations
 
-import functools
-import hashlib
-from collections import Counter
-from pathlib import Path
+import numpy as np
 
+from . import kernels
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Namer, Var, literal
 from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
-from .loopir import (Acc, Alias, Gemm, Lapack, Load, Nest, RangeCheck, RowNest, ScatterAdd, batched_input,
-                     internal_shape)
+from .loopir import Acc, Alias, Gemm, Lapack, Load, Nest, RangeCheck, RowNest, ScatterAdd, batched_input, internal_shape
 from .ops import OPS
 from .plan import Plan
+from .runtime import OUT_OF_RANGE
 from .source import Source
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
@@ -27,17 +25,8 @@ from .source import Source
 # `reassoc` it licenses cancelling `x - x`, `x + -x` and `(x + y) - y`, which drops a NaN or inf.
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
-
-
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
-
-
-@functools.cache
-def source_digest(module: str) -> str:
-    """A digest of ``morphjit/<module>.py``, whose numba functions a cached step has compiled in
-    (numba's cache does not notice when a called function changes; the step's text must)."""
-    return hashlib.sha256((Path(__file__).parent / f"{module}.py").read_bytes()).hexdigest()[:16]
 
 
 class Writer:
@@ -55,17 +44,28 @@ class Writer:
             self.out.line(f"value = {element(self.names.name(ins.values), IndexMap.identity(len(idx)), idx)}")
             self.out.line(f"if value < {ins.low} or value >= {ins.extent}:")
             with self.out.indent():
-                position = ' + ", " + '.join(f"str({i})" for i in idx) or '""'
-                self.out.line(f'raise {ins.error}({ins.what + " must lie in ["!r} + str({ins.low}) + ", " + '
-                              f'str({ins.extent}) + "), got " + str(value) + " at position (" + {position} + ")")')
+                # The message is formatted in Python when the error is raised: str() of numbers in
+                # compiled code costs numba a second of typing in a fresh process.
+                error = OUT_OF_RANGE[ins.error].__name__
+                self.out.line(f"raise rt.{error}({ins.what!r}, {ins.low}, {ins.extent}, value, {', '.join(idx)})")
 
     def scatter(self, ins: ScatterAdd) -> None:
-        body = Body(self.out, self.names, loop_vars(len(ins.domain)))
+        body = Body(self.out, self.names, loop_vars(len(ins.domain)), self.offsets)
         exprs = [ins.expr, *ins.at.children()]
-        domain = run_time_extents([ins.expr, ins.at], ins.domain, self.names)
+        domain = self.loop_extents([ins.expr, ins.at], ins.domain)
         with hoisting_loops(self.out, body, exprs, domain, list(range(len(ins.domain)))):
             value = body.value(ins.expr)
             self.out.line(f"{body.gather(ins.at)} += {value}")
+
+    def offsets(self, imap: IndexMap) -> IndexMap:
+        """How a load or store spells ``imap``: here with its offsets as numbers."""
+        return imap
+
+    def loop_extents(self, exprs, domain) -> list:
+        return run_time_extents(exprs, domain, self.run_time_extent)
+
+    def run_time_extent(self, v: Var, axis: int) -> str:
+        return f"{self.names.name(v)}.shape[{axis}]"
 
     def alias(self, ins: Alias) -> None:
         shape = internal_shape(ins.out.shape)
@@ -120,12 +120,12 @@ class Writer:
             for a in accs:
                 self.fill_loop(a.out, literal(OPS[a.op].start(a.out.dtype), a.out.dtype))
         outer = [k for k in (kept if in_registers else range(n)) if k >= bound]
-        body = Body(out, self.names, idx)
+        body = Body(out, self.names, idx, self.offsets)
         for e in loop_invariants(ins):
             body.value(e)
         accumulators = [f"acc{k}" if in_registers else targets[k] for k in range(len(accs))]
         exprs = [s.expr for s in ins.stores] + [a.expr for a in accs]
-        domain = run_time_extents(exprs, ins.domain, self.names)
+        domain = self.loop_extents(exprs, ins.domain)
         with hoisting_loops(out, body, exprs, domain, outer, range(bound)):
             if not in_registers:
                 self.iteration(ins, body, idx, accumulators)
@@ -149,7 +149,7 @@ class Writer:
             body.memo[Load(s.out, IndexMap.identity(len(ins.domain)))] = values[-1]
         terms = [body.value(a.expr) for a in ins.accumulations]
         for s, v in zip(ins.stores, values):
-            self.out.line(f"{element(self.names.name(s.out), s.out_map, idx)} = {v}")
+            self.out.line(f"{element(self.names.name(s.out), self.offsets(s.out_map), idx)} = {v}")
         for acc, a, x in zip(accumulators, ins.accumulations, terms):
             self.out.line(f"{acc} = {OPS[a.op].combine(acc, x)}")
 
@@ -167,7 +167,7 @@ class Writer:
                 if any(id(a) in names for a in part.accumulations):
                     inner = loop_vars(len(part.domain) - p, start=p)
                     with loops(out, part.domain[p:], inner):
-                        body = Body(out, self.names, idx + inner)
+                        body = Body(out, self.names, idx + inner, self.offsets)
                         for a in part.accumulations:
                             x = body.value(a.expr)
                             out.line(f"{names[id(a)]} = {OPS[a.op].combine(names[id(a)], x)}")
@@ -201,14 +201,14 @@ WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, 
 
 
 class StepWriter(Writer):
-    """Renders a plan as a module: the step function, and a helper function for each loop nest
-    that occurs more than once (numba's compile time grows faster than the size of a body)."""
+    """Renders a plan as a module: the step function, calling each loop nest as a kernel of
+    ``morphjit.kernels`` (compiled once per text, shared by every step that runs it)."""
 
     def __init__(self, plan: Plan):
         super().__init__(Source(), Namer())
         self.plan = plan
         self.batched = batched_input(plan.inputs)    # the step reads the batch size from it
-        # the run-time extents a helper's loops may need, passed along
+        # the run-time extents a kernel's loops may need, passed along
         self.extents = [BATCH] if self.batched is not None else []
 
     def arguments(self) -> list[Var]:
@@ -232,12 +232,15 @@ class StepWriter(Writer):
         out.line("import math")
         out.line("import numpy as np")
         out.line("import numba")
+        out.line("from morphjit import kernels")
         out.line("from morphjit import vecmath as vm")
-        out.line(f"from morphjit import npymath as npm  # {source_digest('npymath')}")
+        out.line(f"from morphjit import npymath as npm  # {kernels.source_digest('npymath')}")
+        if any(ins.kind == "check" for ins in self.plan.instructions):
+            out.line("from morphjit import runtime as rt")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
             # The kernels' digest makes the text, and so the disk-cache key, change with them.
-            out.line(f"import morphjit.lapack as lapack  # kernels {source_digest('lapack')}")
-        calls = self.helpers()
+            out.line(f"import morphjit.lapack as lapack  # kernels {kernels.source_digest('lapack')}")
+        calls = self.kernels()
         out.line("")
         out.line("")
         out.line(DECORATOR)
@@ -247,8 +250,7 @@ class StepWriter(Writer):
                 out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
             for ins in self.plan.instructions:
                 if id(ins) in calls:
-                    helper, params = calls[id(ins)]
-                    out.line(f"{helper}({', '.join([self.names.name(v) for v in params] + self.extents)})")
+                    out.line(calls[id(ins)])
                 else:
                     self.write(ins)
             out.line("return 0")
@@ -261,32 +263,78 @@ class StepWriter(Writer):
         for v, first in same_views(self.plan):
             names.same_as(v, first)
 
-    def helpers(self) -> dict[int, tuple[str, list[Var]]]:
-        """Emit one function per loop nest text that occurs twice or more; the calls to make."""
-        texts = {}
-        for ins in self.plan.instructions:
-            if ins.nests():
-                writer = Writer(Source(), Namer("a"))
-                self.alias_outputs(writer.names)
-                writer.write(ins)
-                texts[id(ins)] = (writer.out.text(), writer.names.order)
-        repeated = Counter(text for text, _ in texts.values())
+    def kernels(self) -> dict[int, str]:
+        """Load a kernel per distinct loop nest text (``k0 = kernels.load(...)``); the calls to make,
+        each a kernel's name and its arguments."""
         names: dict[str, str] = {}
         calls = {}
-        for key, (text, params) in texts.items():
-            if repeated[text] < 2:
+        for ins in self.plan.instructions:
+            if not ins.nests():
                 continue
+            writer = KernelWriter()
+            self.alias_outputs(writer.names)
+            writer.write(ins)
+            params = writer.names.order
+            extents = self.extents + writer.parameters()
+            text = kernel_source(writer.out.text(), params, extents)
             if text not in names:
                 names[text] = f"k{len(names)}"
-                self.out.line("")
-                self.out.line("")
-                self.out.line(DECORATOR)
-                arguments = [f"a{k}" for k in range(len(params))] + self.extents
-                self.out.line(f"def {names[text]}({', '.join(arguments)}):")
-                with self.out.indent():
-                    self.out.block(text)
-            calls[key] = (names[text], params)
+                self.out.line(f"{names[text]} = kernels.load(\'\'\'")
+                self.out.block(text)
+                self.out.line(f"\'\'\', {len(params)}, {len(extents)})")
+            arguments = [f"{self.names.name(v)}.ctypes" for v in params] + self.extents + \
+                [f"{self.names.name(v)}.shape[{axis}]" for v, axis in writer.shapes] + list(map(str, writer.offset_values))
+            calls[id(ins)] = f"{names[text]}({', '.join(arguments)})"
         return calls
+
+
+class KernelWriter(Writer):
+    """Renders one loop nest as a kernel's body: arrays named ``a0, a1, ...``, each run-time
+    extent it reads (see `run_time_extents`) a parameter ``n0, n1, ...`` and each nonzero offset
+    of a load or store (a slice's start: the time step of an unrolled loop) a parameter ``o0, o1,
+    ...``, all passed by the step, so that the nests of repeated layers and time steps share a text."""
+
+    def __init__(self):
+        super().__init__(Source(), Namer("a"))
+        self.shapes: list[tuple[Var, int]] = []   # the array and axis of each extent parameter
+        self.offset_values: list[int] = []        # the value of each offset parameter
+
+    def run_time_extent(self, v: Var, axis: int) -> str:
+        self.shapes.append((v, axis))
+        return f"n{len(self.shapes) - 1}"
+
+    def offsets(self, imap: IndexMap) -> IndexMap:
+        return IndexMap(tuple(self.offset_parameter(o) if type(o) is int and o else o for o in imap.offsets),
+                        imap.coeffs)
+
+    def offset_parameter(self, value: int) -> str:
+        self.offset_values.append(value)
+        return f"o{len(self.offset_values) - 1}"
+
+    def parameters(self) -> list[str]:
+        """The kernel's integer parameters after the step's own extents."""
+        return [f"n{k}" for k in range(len(self.shapes))] + [f"o{k}" for k in range(len(self.offset_values))]
+
+
+class Extent(str):
+    """An extent as source: ``B``, ``784*B`` or a number, spelled without quotes in a tuple."""
+
+    def __repr__(self) -> str:
+        return self
+
+
+def kernel_source(body: str, params: list[Var], extents: list[str]) -> str:
+    """A kernel's module text: each array a C-ordered view of its data pointer, then ``body``."""
+    out = Source()
+    out.line(DECORATOR)
+    out.line(f"def {kernels.NAME}({', '.join([f'p{k}' for k in range(len(params))] + extents)}):")
+    with out.indent():
+        for k, v in enumerate(params):
+            shape = tuple(Extent(e) for e in internal_shape(v.shape))
+            out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
+        out.block(body)
+        out.line("return 0")
+    return out.text()
 
 
 def same_views(plan: Plan):

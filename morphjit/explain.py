@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from . import cache as disk_cache
-from . import config, feedback, pipeline, vecmath
+from . import config, feedback, kernels, pipeline, vecmath
 from .fusion import Fusion
 from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
 from .ops import OPS, VIEW
@@ -332,7 +332,7 @@ def explain(compiled, args) -> Explanation:
         report.groups = fusion_groups(step.plan)
         report.source = step.source
         report.module_file = module_file(native)
-        report.vector_math = vecmath.describe(native.kernel)
+        report.vector_math = vecmath.describe([native.kernel, *kernels.called_by(native.kernel)])
     return report
 
 

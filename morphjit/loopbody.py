@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 
 from . import rng, vecmath
-from .indexing import element, loop_vars
+from .indexing import element
 from .ir import Constants, Namer, literal
 from .loopir import Apply, Const, Gather, Load, Nest, OneHot, Position, Random, gather_indices, gathers, loop_axes
 from .ops import OPS
@@ -16,10 +16,11 @@ from .source import Source
 
 
 class Body:
-    """Renders a loop-body expression DAG as local assignments, each subexpression once."""
+    """Renders a loop-body expression DAG as local assignments, each subexpression once.
+    ``offsets`` spells a load's index map (a kernel's may name its offsets as parameters)."""
 
-    def __init__(self, out: Source, names: Namer, loop_vars: list[str]):
-        self.out, self.names, self.loop_vars = out, names, loop_vars
+    def __init__(self, out: Source, names: Namer, loop_vars: list[str], offsets=lambda imap: imap):
+        self.out, self.names, self.loop_vars, self.offsets = out, names, loop_vars, offsets
         self.memo: dict = {}
         self.steps = 0
 
@@ -43,7 +44,7 @@ class Body:
         return f"r{self.steps}"
 
     def load(self, e: Load) -> str:
-        return element(self.names.name(e.var), e.imap, self.loop_vars)
+        return element(self.names.name(e.var), self.offsets(e.imap), self.loop_vars)
 
     def gather(self, e: Gather) -> str:
         indices = gather_indices(e, self.loop_vars, lambda k, p: self.value(p))
@@ -125,18 +126,19 @@ def loops(out: Source, domain, names: list[str]):
         yield
 
 
-def run_time_extents(exprs, domain, names: Namer) -> list:
+def run_time_extents(exprs, domain, spell) -> list:
     """``domain`` with the extent of each loop that walks along a gathered (or scattered) row
     spelled as that array's run-time extent. With a constant trip count LLVM unrolls such a loop
     into scalar code, since it cannot prove that the row does not overlap what the loop writes;
-    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding)."""
+    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding).
+    ``spell(var, axis)`` is the source of that extent."""
     extents = list(domain)
     for g in [g for e in exprs for g in gathers(e)]:
         for axis, (pick, offset, row) in enumerate(zip(g.picks, g.imap.offsets, g.imap.coeffs)):
             steps = [j for j, c in enumerate(row) if c]
             if pick is None and offset == 0 and len(steps) == 1 and row[steps[0]] == 1 \
                     and isinstance(domain[steps[0]], int) and g.var.shape[axis] == domain[steps[0]]:
-                extents[steps[0]] = f"{names.name(g.var)}.shape[{axis}]"
+                extents[steps[0]] = spell(g.var, axis)
     return extents
 
 

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, config, distances, feedback, passes, pytree
+from . import codegen, config, distances, feedback, kernels, passes, pytree
 from .errors import DtypeError, ShapeError, SourceLoc, TracingError
 from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
@@ -275,7 +275,8 @@ def load_kernel(source: str, hint: str, cache: bool):
             if kernel is not None:
                 _recent_kernels.move_to_end(key)
                 return kernel
-    kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
+    with kernels.caching(cache):   # the loop-nest kernels the module loads as it runs
+        kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
     if cache:
         with _recent_lock:
             _recent_kernels[key] = kernel

@@ -130,6 +130,26 @@ class Workspace:
         return self.pool[slot][:math.prod(shape)].reshape(shape)
 
 
+class OutOfRange:
+    """A value outside its range, raised by the compiled step with the numbers only (what, low,
+    extent, value, position...): the message is formatted here, in Python."""
+
+    def __str__(self) -> str:
+        what, low, extent, value, *position = self.args
+        return f"{what} must lie in [{low}, {extent}), got {value} at position ({', '.join(map(str, position))})"
+
+
+class ValueOutOfRange(OutOfRange, ValueError):
+    pass
+
+
+class IndexOutOfRange(OutOfRange, IndexError):
+    pass
+
+
+OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange}   # by RangeCheck.error
+
+
 def prepare(x, dtype) -> np.ndarray:
     """The argument as the kernel takes it: C-contiguous, of the traced dtype, at least 1-D (a
     random generator: the seed of the call, drawn from it)."""

@@ -243,20 +243,13 @@ def math_calls(asm: str) -> tuple[set[str], set[str]]:
     return vector, scalar
 
 
-def _dispatchers(kernel) -> list:
-    """`kernel` and the loop functions of its generated module (numba dispatchers)."""
-    module_globals = getattr(getattr(kernel, "py_func", None), "__globals__", {})
-    helpers = [v for v in module_globals.values()
-               if hasattr(v, "overloads") and v is not kernel and v.py_func.__globals__ is module_globals]
-    return [kernel, *helpers]
-
-
-def describe(kernel) -> str:
-    """Which transcendental calls of a compiled step's loops vectorised, for ``loss.explain``.
+def describe(dispatchers) -> str:
+    """Which transcendental calls of a compiled step's loops vectorised, for ``loss.explain``;
+    ``dispatchers`` are the step's and its kernels'.
 
     Read from the machine code of the whole step (not loop by loop): a function listed as
     vectorised may still be called one element at a time in a loop that did not vectorise."""
-    libraries = [d.overloads[s].library for d in _dispatchers(kernel) for s in d.signatures]
+    libraries = [d.overloads[s].library for d in dispatchers for s in d.signatures]
     if any(library._disable_inspection for library in libraries):
         return "not known for machine code loaded from the disk cache (MORPHJIT_CACHE=0 shows it)"
     vector, scalar = set(), set()

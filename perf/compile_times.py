@@ -19,9 +19,17 @@ Measured:
 - the first call, split into the morphjit part (trace + vjp + passes + plan + codegen.render) and
   the numba part (exec of the source + first call of the step: typing, lowering, LLVM), against
   the size of the plan and of the source, and whether the numba part grows linearly with the
-  instruction count. The code generator itself emits a loop nest that occurs more than once as one
-  shared ``@numba.njit`` helper (``def k0``, ``def k1``, ...) called from ``step``; the helper
-  column counts them.
+  instruction count. Every loop nest is a kernel of its own (``morphjit.kernels``: compiled once
+  per text, shared by the layers and programs that run it); the kernels column counts the distinct
+  ones of a step.
+
+--stages (issue 19) profiles the first call of compile_loss per stage, in process CPU seconds, for
+three families (relu MLP of 2-50 layers, a tanh recurrent model unrolled over 10-100 time steps, a
+residual MLP of 10-30 blocks), in a fresh process (mode fresh), after compiling an unrelated
+program (other) or the same model at another size (edit, the notebook edit cycle), side by side
+with the first call of jax.jit(value_and_grad) and torch.compile(grad_and_value) of the same
+functions (run by --peer-python), and fits first call = fixed + per-instruction cost. Example:
+  python perf/compile_times.py --stages mlp:2 mlp:10 rnn:100 --modes fresh,edit --repeat 1
 """
 from __future__ import annotations
 
@@ -36,7 +44,8 @@ import time
 
 DEPTHS = (2, 5, 10, 20)
 DTYPES = ("float32", "float64")
-CHILD_ENV = {"MORPHJIT_CACHE": "0", "OPENBLAS_NUM_THREADS": "1", "NUMBA_DISABLE_JIT": "0"}
+CHILD_ENV = {"MORPHJIT_CACHE": "0", "OPENBLAS_NUM_THREADS": "1", "NUMBA_DISABLE_JIT": "0",
+             "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 NJIT_OPTIONS = dict(fastmath={"nsz", "arcp", "contract", "afn", "reassoc"}, error_model="numpy",
                     boundscheck=False, nogil=True)
 CLOCK = time.process_time
@@ -146,7 +155,7 @@ def child_compile(n_layers: int, dtype: str) -> None:
     _emit({"morphjit": t_mj, "numba": t_numba,
            "llvm": (overload.metadata or {}).get("timers", {}).get("llvm_lock", float("nan")),
            "instructions": len(plan.instructions), "nests": counts["loop"] + counts["reduce"],
-           "gemms": counts["gemm"], "helpers": source.count("\ndef k"), "lines": source.count("\n"),
+           "gemms": counts["gemm"], "helpers": source.count("kernels.load("), "lines": source.count("\n"),
            "args": len(arguments)})
 
 
@@ -160,11 +169,199 @@ def child_e2e(n_layers: int, dtype: str) -> None:
     _emit({"first_call": CLOCK() - t0})
 
 
-def spawn(*argv) -> dict:
+
+# ---------------------------------------------------------------- the stage profile (issue 19)
+# Three families of programs, each written once against an array namespace ``ns`` (morphjit
+# itself, or perf.impls' JaxOps / TorchOps), so that every tool compiles the same function.
+
+def mlp_family(ns, params, x, y):
+    """relu MLP, mean softmax cross-entropy (params W0, b0, W1, b1, ...)."""
+    h, n = x, len(params) // 2
+    for i in range(n):
+        h = h @ params[f"W{i}"] + params[f"b{i}"]
+        if i < n - 1:
+            h = ns.relu(h)
+    return ns.mean(ns.softmax_cross_entropy(h, y))
+
+
+def rnn_family(ns, params, x, y):
+    """tanh recurrent model unrolled over the time axis of x (batch, steps, features)."""
+    h = ns.tanh(x[:, 0, :] @ params["Wx"] + params["b"])
+    for t in range(1, x.shape[1]):
+        h = ns.tanh(x[:, t, :] @ params["Wx"] + h @ params["Wh"] + params["b"])
+    return ns.mean(ns.softmax_cross_entropy(h @ params["Wo"], y))
+
+
+def resmlp_family(ns, params, x, y):
+    """Deep residual MLP: h + relu(h @ W + b) per block, then a linear head."""
+    h = x @ params["Win"]
+    for i in range((len(params) - 2) // 2):
+        h = h + ns.relu(h @ params[f"W{i}"] + params[f"b{i}"])
+    return ns.mean(ns.softmax_cross_entropy(h @ params["Wout"], y))
+
+
+def family_data(family: str, size: int, dtype: str = "float32", batch: int = 32):
+    """(params dict, (x, y)) of ``family`` at ``size`` (layers, time steps or blocks)."""
+    import numpy as np
+    rng = np.random.default_rng(size)
+
+    def normal(*shape):
+        return (rng.normal(size=shape) / math.sqrt(shape[0])).astype(dtype)
+
+    if family == "mlp":
+        sizes = [784] + [128] * (size - 1) + [10]
+        params = {k: v for i, (a, b) in enumerate(zip(sizes, sizes[1:]))
+                  for k, v in ((f"W{i}", normal(a, b)), (f"b{i}", np.zeros(b, dtype)))}
+        x = rng.normal(size=(batch, 784)).astype(dtype)
+    elif family == "rnn":
+        params = {"Wx": normal(16, 64), "Wh": normal(64, 64), "b": np.zeros(64, dtype), "Wo": normal(64, 10)}
+        x = rng.normal(size=(batch, size, 16)).astype(dtype)
+    else:
+        params = {"Win": normal(64, 128), "Wout": normal(128, 10)}
+        for i in range(size):
+            params[f"W{i}"], params[f"b{i}"] = normal(128, 128), np.zeros(128, dtype)
+        x = rng.normal(size=(batch, 64)).astype(dtype)
+    return params, (x, rng.integers(0, 10, batch))
+
+
+FAMILIES = {"mlp": mlp_family, "rnn": rnn_family, "resmlp": resmlp_family}
+
+
+def family_loss(family: str, ns):
+    """``loss(params, x, y)`` of ``family`` written against ``ns``."""
+    def loss(params, x, y):
+        return FAMILIES[family](ns, params, x, y)
+    loss.__name__ = loss.__qualname__ = f"{family}_loss"
+    return loss
+# What a process compiles first in mode "other" (unrelated kernels) and "edit" (the same model
+# with another depth: the notebook edit cycle).
+BEFORE = {"other": lambda family, size: ("rnn" if family != "rnn" else "mlp", 3),
+          "edit": lambda family, size: (family, size + 1)}
+
+
+class PassClock:
+    """Wall seconds of numba's compilation phases, from its event stream: type inference, lowering
+    to LLVM IR (numba's own Python), LLVM (optimisation, machine code, linking: the LLVM lock) and
+    the rest (bytecode analysis, rewrites, cache files). Only the outermost compilation counts;
+    what a callee compiles while the caller is typed is the caller's typing."""
+
+    PHASES = {"nopython_type_inference": "typing", "native_lowering": "lowering"}
+
+    def __init__(self):
+        from numba.core import event
+        self.event = event
+        self.recorder = event.RecordingListener()
+        self.kinds = ("numba:run_pass", "numba:llvm_lock", "numba:compile")
+
+    def __enter__(self):
+        for kind in self.kinds:
+            self.event.register(kind, self.recorder)
+        return self
+
+    def __exit__(self, *exc):
+        for kind in self.kinds:
+            self.event.unregister(kind, self.recorder)
+
+    def phases(self) -> dict:
+        windows = {"typing": [], "lowering": [], "llvm": [], "numba": []}
+        depth = {"numba:compile": 0, "numba:llvm_lock": 0}
+        opened: dict = {}
+        outer_pass = None
+        for ts, ev in self.recorder.buffer:
+            if ev.kind == "numba:run_pass":
+                name = ev.data["name"].split(" [")[0]
+                if depth["numba:compile"] == 1 and name in self.PHASES:
+                    if ev.is_start and outer_pass is None:
+                        outer_pass, opened["pass"] = name, ts
+                    elif ev.is_end and outer_pass == name:
+                        windows[self.PHASES[name]].append((opened["pass"], ts))
+                        outer_pass = None
+                continue
+            depth[ev.kind] += 1 if ev.is_start else -1
+            if ev.is_start and depth[ev.kind] == 1:
+                opened[ev.kind] = ts
+            elif ev.is_end and depth[ev.kind] == 0:
+                windows["llvm" if ev.kind == "numba:llvm_lock" else "numba"].append((opened[ev.kind], ts))
+        llvm = windows["llvm"]
+        totals = {k: sum(b - a for a, b in w) for k, w in windows.items()}
+        for phase in ("typing", "lowering"):    # LLVM work inside a phase counts as LLVM
+            totals[phase] -= sum(max(0.0, min(b, d) - max(a, c)) for a, b in windows[phase] for c, d in llvm)
+        totals["other"] = totals["numba"] - totals["typing"] - totals["lowering"] - totals["llvm"]
+        return totals
+
+
+def child_stages(family: str, size: int, mode: str) -> None:
+    """One compilation of ``family`` at ``size`` by compile_loss (no disk cache), per stage, in a
+    process that compiled nothing before (mode fresh) or another program (other, edit)."""
+    t0 = time.perf_counter()
+    import morphjit as mj
+    imports = time.perf_counter() - t0
+    if mode != "fresh":
+        kind, n = BEFORE[mode](family, size)
+        params, data = family_data(kind, n)
+        mj.compile_loss(family_loss(kind, mj), cache=False)(params, *data)
+    params, data = family_data(family, size)
+    loss = mj.compile_loss(family_loss(family, mj), cache=False)
+    with PassClock() as clock:
+        t0, c0 = time.perf_counter(), CLOCK()
+        loss(params, *data)
+        first, wall = CLOCK() - c0, time.perf_counter() - t0
+    step, _ = loss.step_for(params, *data)
+    stages = step.timings.stages
+    phases = {k: v * first / wall for k, v in clock.phases().items()}   # as shares of the CPU time
+    _emit({"first": first, "imports": imports, **phases,
+           "front": sum(stages.get(k, 0.0) for k in ("trace", "vjp", "passes")),
+           "plan": stages.get("lower", 0.0) + stages.get("plan", 0.0), "codegen": stages.get("codegen", 0.0),
+           "instructions": len(step.plan.instructions), "lines": step.source.count("\n"),
+           "args": len(step.run.kernel.py_func.__code__.co_varnames[:step.run.kernel.py_func.__code__.co_argcount]),
+           **{f"kernels_{k}": v for k, v in kernel_counts().items()}})
+
+
+def kernel_counts() -> dict:
+    """How many kernels this process compiled and reused so far (none before kernels were shared)."""
+    try:
+        from morphjit import kernels
+    except ImportError:
+        return {}
+    return kernels.statistics()
+
+
+def child_peer(tool: str, family: str, size: int, mode: str) -> None:
+    """The first call of ``family`` under jax.jit(value_and_grad) or torch.compile(grad_and_value)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from perf import impls
+    if tool == "jax":
+        import jax
+        ns = impls.JaxOps()
+
+        def compiled(fn):
+            step = jax.jit(jax.value_and_grad(fn))
+            return lambda params, *data: jax.block_until_ready(step(params, *data))
+    else:
+        import torch
+        torch.set_num_threads(1)
+        ns = impls.TorchOps()
+
+        def compiled(fn):
+            step = torch.compile(torch.func.grad_and_value(fn))
+            return lambda params, *data: step({k: torch.from_numpy(v) for k, v in params.items()},
+                                              *map(torch.from_numpy, data))
+    if mode != "fresh":
+        kind, n = BEFORE[mode](family, size)
+        params, data = family_data(kind, n)
+        compiled(family_loss(kind, ns))(params, *data)
+    params, data = family_data(family, size)
+    step = compiled(family_loss(family, ns))
+    t0 = CLOCK()
+    step(params, *data)
+    _emit({"first": CLOCK() - t0})
+
+
+def spawn(*argv, python=sys.executable) -> dict:
     env = {**os.environ, **CHILD_ENV}
     if MORPHJIT_PATH:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [MORPHJIT_PATH, env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *map(str, argv)],
+    proc = subprocess.run([python, os.path.abspath(__file__), "--child", *map(str, argv)],
                           capture_output=True, text=True, env=env)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
@@ -186,6 +383,62 @@ def measure_compiles(depths, dtypes) -> dict:
 
 # ---------------------------------------------------------------- the report
 
+STAGE_CASES = [("mlp", n) for n in (2, 5, 10, 20, 50)] + [("rnn", n) for n in (10, 30, 100)] + \
+    [("resmlp", n) for n in (10, 30)]
+
+
+def measure_stages(cases, modes, peers, peer_python) -> dict:
+    """{(family, size, mode, tool): the child's result with the least first call over REPEAT rounds}."""
+    best: dict = {}
+    for _ in range(REPEAT):
+        for family, size in cases:
+            for mode in modes:
+                runs = [("morphjit", lambda: spawn("stages", family, size, mode))]
+                runs += [(tool, lambda tool=tool: spawn("peer", tool, family, size, mode, python=peer_python))
+                         for tool in peers]
+                for tool, run in runs:   # side by side: the tools take turns on the loaded machine
+                    try:
+                        r = run()
+                    except RuntimeError as error:
+                        print(f"[{tool} {family} {size} {mode} failed: {str(error).splitlines()[-1]}]")
+                        continue
+                    key = (family, size, mode, tool)
+                    if key not in best or r["first"] < best[key]["first"]:
+                        best[key] = r
+    return best
+
+
+def report_stages(cases, modes, peers, rows) -> None:
+    print(f"\n## first call per stage (process CPU s, least of {REPEAT} processes; no disk cache)\n")
+    print("front = trace + vjp + passes; plan = lower + plan; numba's phases from its event stream, in wall "
+          "time scaled to the call's CPU time (typing includes callees typed meanwhile; LLVM = optimisation, "
+          "machine code and linking; other = bytecode analysis, rewrites, kernel loading). Peers: "
+          "jax.jit(value_and_grad) and torch.compile(grad_and_value), first call, process CPU s.\n")
+    print("| program | instr | mode | first call | front | plan | codegen | numba typing | numba lowering "
+          "| LLVM | numba other | kernels compiled/reused | step args |"
+          + "".join(f" {p} first call |" for p in peers))
+    print("|---|---:|---|" + "---:|" * (10 + len(peers)))
+    for family, size in cases:
+        for mode in modes:
+            r = rows.get((family, size, mode, "morphjit"))
+            if r is None:
+                continue
+            kernels = f"{r.get('kernels_compiled', '-')}/{r.get('kernels_reused', '-')}"
+            peer = [rows.get((family, size, mode, p), {}).get("first") for p in peers]
+            print(f"| {family} {size} | {r['instructions']} | {mode} | {r['first']:.2f} | {r['front']:.3f} "
+                  f"| {r['plan']:.3f} | {r['codegen']:.3f} | {r['typing']:.2f} | {r['lowering']:.2f} "
+                  f"| {r['llvm']:.2f} | {r['other']:.2f} | {kernels} | {r['args']} |"
+                  + "".join(" - |" if t is None else f" {t:.2f} |" for t in peer))
+    for mode in modes:
+        for family in dict.fromkeys(f for f, _ in cases):
+            pts = [(rows[f, n, mode, "morphjit"]["instructions"], rows[f, n, mode, "morphjit"]["first"])
+                   for f, n in cases if f == family and (f, n, mode, "morphjit") in rows]
+            if len(pts) >= 2:
+                a, b = fit_line(*zip(*pts))
+                print(f"- {family}, {mode}: first call = {a:.2f} s + {1e3 * b:.1f} ms x instructions")
+
+
+
 def fit_line(xs, ys):
     """Least-squares a, b of y = a + b x."""
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
@@ -195,7 +448,7 @@ def fit_line(xs, ys):
 
 def report(depths, dtypes, fixed, rows):
     print(f"\n## first call, split (min over {REPEAT} fresh processes; CPU s)\n")
-    print("| dtype | layers | instr | nests | GEMMs | helpers | lines | step args | morphjit s | numba s "
+    print("| dtype | layers | instr | nests | GEMMs | kernels | lines | step args | morphjit s | numba s "
           "| LLVM s | numba-fixed s | numba ms/instr | (numba-fixed) ms/instr |")
     print("|---|" + "---:|" * 13)
     for dt in dtypes:
@@ -231,13 +484,21 @@ def main():
     ap.add_argument("--quick", action="store_true", help="depths 2,5,10, float32 only")
     ap.add_argument("--morphjit", default="", help="measure the morphjit package in this directory "
                     "(e.g. a `git archive HEAD morphjit` snapshot) instead of the installed one")
+    ap.add_argument("--stages", nargs="*", metavar="FAMILY:SIZE", help="the per-stage profile of issue 19 "
+                    "(default cases: " + " ".join(f"{f}:{n}" for f, n in STAGE_CASES) + ") instead of the depth sweep")
+    ap.add_argument("--modes", default="fresh,other,edit", help="stages: fresh process, after another "
+                    "program, after the same model at another size")
+    ap.add_argument("--peers", default="jax,torch", help="stages: tools to compare (empty for none)")
+    ap.add_argument("--peer-python", default="/work/wt/benchvenv/bin/python", help="the interpreter with jax, torch")
     ns = ap.parse_args()
     REPEAT = max(ns.repeat, 1)
     MORPHJIT_PATH = os.path.abspath(ns.morphjit) if ns.morphjit else ""
     if ns.child:
         kind, *rest = ns.child
         children = {"fixed": child_fixed, "args": lambda *c: child_args([int(n) for n in c]),
-                    "compile": lambda n, dt: child_compile(int(n), dt), "e2e": lambda n, dt: child_e2e(int(n), dt)}
+                    "compile": lambda n, dt: child_compile(int(n), dt), "e2e": lambda n, dt: child_e2e(int(n), dt),
+                    "stages": lambda f, n, mode: child_stages(f, int(n), mode),
+                    "peer": lambda tool, f, n, mode: child_peer(tool, f, int(n), mode)}
         return children[kind](*rest)
     depths = (2, 5, 10) if ns.quick else tuple(int(d) for d in ns.depths.split(","))
     dtypes = ("float32",) if ns.quick else DTYPES
@@ -247,7 +508,7 @@ def main():
     print(f"numba {numba.__version__}, numpy {numpy.__version__}, python {sys.version.split()[0]}; "
           f"child env {CHILD_ENV}; {os.cpu_count()} CPUs")
     where = subprocess.run([sys.executable, "-c", "import morphjit; print(morphjit.__file__)"], text=True,
-                           capture_output=True, env={**os.environ, "PYTHONPATH": MORPHJIT_PATH or ""},
+                           capture_output=True, env={**os.environ, "PYTHONPATH": MORPHJIT_PATH or os.environ.get("PYTHONPATH", "")},
                            cwd="/").stdout.strip()
     git = subprocess.run(["git", "-C", os.path.dirname(where), "log", "-1", "--format=%h"], text=True,
                          capture_output=True).stdout.strip()
@@ -255,6 +516,12 @@ def main():
                            capture_output=True).stdout.split()[1::2]
     print(f"morphjit measured: {where} (commit {git or '?'}"
           + (f", uncommitted changes in {', '.join(dirty)})" if dirty else ")"))
+    if ns.stages is not None:
+        cases = [(c.split(":")[0], int(c.split(":")[1])) for c in ns.stages] or STAGE_CASES
+        modes, peers = ns.modes.split(","), [p for p in ns.peers.split(",") if p]
+        report_stages(cases, modes, peers, measure_stages(cases, modes, peers, ns.peer_python))
+        print(f"\ntotal {time.perf_counter() - t0:.0f} s wall")
+        return
     fx = spawn("fixed")
     fixed = fx["tiny"]
     print(f"\nfixed cost (fresh process): import numba {fx['import_numba']:.2f} s, first tiny njit with "

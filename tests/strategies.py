@@ -324,8 +324,9 @@ class _Builder:
         f = _numpy_function(kind)
         grid_a, grid_b = np.meshgrid(np.linspace(a.lo, a.hi, 41), np.linspace(b.lo, b.hi, 41))
         values = f(grid_a, 0.5 if kind == "heaviside" else grid_b)
-        second = "0.5" if kind == "heaviside" else b.name
-        return self.emit(f"ns.{kind}({a.name}, {second})", _broadcast(a.shape, b.shape), values.min(), values.max(),
+        if kind == "heaviside":   # of a alone: its second argument is the constant 0.5
+            return self.emit(f"ns.heaviside({a.name}, 0.5)", a.shape, values.min(), values.max(), [a])
+        return self.emit(f"ns.{kind}({a.name}, {b.name})", _broadcast(a.shape, b.shape), values.min(), values.max(),
                          [a, b])
 
     def reduction(self):

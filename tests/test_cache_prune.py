@@ -81,3 +81,13 @@ def test_cli_prunes_to_the_given_bound(cache_dir, request, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["cache", "prune", "--max-size", "big"])
     assert exit_info.value.code == 2 and "expected a size" in capsys.readouterr().err
+
+
+def test_one_listing_finds_the_files_of_every_entry(cache_dir, request):
+    names = entries(request, 2)
+    run_step(load_module(PROGRAM.format(tag=f"{request.node.name} compiled")))   # numba's files too
+    (cache_dir / "__pycache__" / f"{names[0]}.orphan.nbi").write_bytes(b"")   # machine code alone
+    (cache_dir / f"{names[0]}.py").unlink()
+    found = cache_store.entries(cache_dir)
+    assert len(found) == 3 and any(len(paths) > 2 for paths in found.values())
+    assert found == {name: cache_store.entry_files(cache_dir, name) for name in cache_store.entry_names(cache_dir)}

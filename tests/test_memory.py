@@ -53,7 +53,9 @@ def test_a_deleted_program_leaves_no_module_dispatcher_or_source_behind(cache, m
     gc.collect()
     assert set(generated_modules()) <= before
     assert [k() for k in kernels] == [None, None]
-    assert not [name for name in set(linecache.cache) - lines_before if name.startswith("<morphjit")]
+    # the loop-nest kernels stay, shared with the programs compiled next (morphjit.kernels)
+    assert not [name for name in set(linecache.cache) - lines_before
+                if name.startswith("<morphjit") and "mj_kernel_" not in name]
 
 
 def test_the_most_recent_disk_cached_kernels_are_kept_for_a_rerun():

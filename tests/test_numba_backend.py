@@ -225,11 +225,11 @@ def test_out_of_range_labels_are_refused(bad):
             mj.compile_loss(fn, backend=backend)(params, x, y)
 
 
-def test_repeated_nests_become_shared_helpers():
+def test_repeated_nests_become_one_shared_kernel():
     fn, args = deep_mlp(np.float64, sizes=(12, 16, 16, 16, 5), activation=mj.relu, loss="sce", batch=8)
     compiled = assert_backends_agree(fn, args)
     source = compiled.source(*args)
-    assert source.count("def k0(") == 1 and source.count("    k0(") == 3  # one relu epilogue, three layers
+    assert source.count("k0 = kernels.load(") == 1 and source.count("    k0(") == 3  # one relu epilogue, three layers
 
 
 def test_empty_batch_and_scalar_parameters():

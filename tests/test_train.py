@@ -269,8 +269,8 @@ class TestRefusals:
 
 
 def test_deep_models_whose_nests_repeat_update_in_place_too():
-    """Repeated loop nests become shared helper functions; the in-place updates inside them
-    must name the parameter itself."""
+    """Repeated loop nests become one shared kernel; the in-place updates inside it must name
+    the parameter itself."""
     def deep(params, x, y):
         h = x
         for k in range(3):
@@ -290,4 +290,4 @@ def test_deep_models_whose_nests_repeat_update_in_place_too():
     for k in params:
         np.testing.assert_allclose(params[k], reference[k], rtol=1e-11)
     (run,) = step.steps()
-    assert "def k0(" in run.source
+    assert "k0 = kernels.load(" in run.source

@@ -10,6 +10,7 @@ CHILD = textwrap.dedent("""
     t0 = time.perf_counter()
     import numpy as np
     import morphjit as mj
+    from morphjit import kernels
     sys.path.insert(0, {tests!r})
     from models import MODELS
     fn, args = MODELS["mlp2"](np.float64)
@@ -19,7 +20,7 @@ CHILD = textwrap.dedent("""
     t2 = time.perf_counter()
     info = step.cache_info()
     print(json.dumps(dict(value=float(value), disk_loads=info.disk_loads, misses=info.misses,
-                          first_call=t2 - t1, process=t2 - t0)))
+                          first_call=t2 - t1, process=t2 - t0, kernels=kernels.statistics())))
 """)
 
 
@@ -37,3 +38,6 @@ def test_fresh_process_loads_the_step_from_disk(tmp_path):
     assert cold["disk_loads"] == 0 and cold["misses"] == 1
     assert warm["disk_loads"] == 1, f"the second process compiled instead of loading from disk: {warm['stderr']}"
     assert warm["value"] == cold["value"]
+    # the kernels the step calls are cache entries of their own, loaded from disk too
+    assert cold["kernels"]["compiled"] > 0 and cold["kernels"]["disk"] == 0
+    assert warm["kernels"] == {"compiled": 0, "disk": cold["kernels"]["compiled"], "reused": 0}
