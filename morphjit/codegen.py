@@ -17,7 +17,7 @@ from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_ext
 from .loopir import Acc, Alias, Gemm, Lapack, Load, Nest, RangeCheck, RowNest, ScatterAdd, batched_input, internal_shape
 from .ops import OPS
 from .plan import Plan
-from .runtime import OUT_OF_RANGE
+from .runtime import OUT_OF_RANGE, Addresses
 from .source import Source
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
@@ -210,21 +210,56 @@ class StepWriter(Writer):
         self.batched = batched_input(plan.inputs)    # the step reads the batch size from it
         # the run-time extents a kernel's loops may need, passed along
         self.extents = [BATCH] if self.batched is not None else []
+        self.views = {id(v): first for v, first in same_views(plan)}
+        outputs = {id(v): v for v in plan.outputs}
+        # computed once: a kernel's names take them too
+        self.same_names = {**{id(outputs[key]): src for key, src in plan.written_over.items()}, **self.views}
+        self.arrays = self.step_arrays()
+        self.addresses: set[str] = set()   # names that hold a data address, not an array
 
-    def arguments(self) -> list[Var]:
-        """Inputs, constants, the pooled buffers (as views) and the outputs, in that order."""
+    def arguments(self) -> list:
+        """Inputs, constants, the pooled buffers the step itself reads as arrays (as views), the
+        `Addresses` of those only kernels read, and the outputs, in that order. One argument per
+        pooled buffer made numba's compile time grow with their number squared."""
         plan = self.plan
         pooled = [v for i in plan.instructions for v in i.outs if id(v) in plan.slot_of]
         unique = list({id(v): v for v in pooled}.values())
-        return list(plan.inputs) + [v for v, _ in plan.consts] + unique + list(plan.outputs)
+        arrays = [v for v in unique if id(self.root(v)) in self.arrays]
+        addressed = [v for v in unique if id(self.root(v)) not in self.arrays and self.root(v) is v]
+        return list(plan.inputs) + [v for v, _ in plan.consts] + arrays + \
+            ([Addresses(tuple(addressed))] if addressed else []) + list(plan.outputs)
+
+    def root(self, v: Var) -> Var:
+        """The pooled value whose name ``v`` takes (see `same_views`)."""
+        return self.views.get(id(v), v)
+
+    def step_arrays(self) -> set[int]:
+        """The pooled values (by their roots) that the step's own statements read or write as
+        arrays, and the sources of aliases they read; kernels need only their data addresses."""
+        needed: set[int] = set()
+        for ins in reversed(self.plan.instructions):
+            if in_kernel(ins):
+                continue
+            if ins.kind == "alias":
+                if id(self.root(ins.out)) in needed:
+                    needed.add(id(self.root(ins.src)))
+                continue
+            needed |= {id(self.root(v)) for v in ins.reads() + ins.outs}
+        return needed
 
     def source(self) -> str:
         out = self.out
         # An output written over an input is stored under the input's name, so LLVM sees one
         # array (the same pointer), not two it must check for overlap before vectorising.
-        arg_names = [f"u{k}" if id(v) in self.plan.written_over else self.names.name(v)
-                     for k, v in enumerate(self.arguments())]
+        arguments = self.arguments()
+        arg_names = ["P" if isinstance(v, Addresses) else f"u{k}" if id(v) in self.plan.written_over
+                     else self.names.name(v) for k, v in enumerate(arguments)]
+        addressed = arguments[arg_names.index("P")].values if "P" in arg_names else ()
+        self.addresses = {self.names.name(v) for v in addressed}
         self.alias_outputs(self.names)
+        for ins in self.plan.instructions:   # a view of an addressed buffer is the same address
+            if ins.kind == "alias" and self.names.name(ins.src) in self.addresses:
+                self.names.same_as(ins.out, ins.src)
         counts = ", ".join(f"{n} {k}" for k, n in self.plan.counts().items())
         out.line(f"# morphjit step for program {self.plan.program.name!r}: {counts}; "
                  f"{len(self.plan.slots)} pool slots, {self.plan.workspace_bytes} workspace bytes")
@@ -248,20 +283,21 @@ class StepWriter(Writer):
         with out.indent():
             if self.batched is not None:
                 out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
+            if addressed:
+                out.line("# the data addresses of the pooled buffers only kernels use")
+            for k, v in enumerate(addressed):
+                out.line(f"{self.names.name(v)} = P[{k}]")
             for ins in self.plan.instructions:
                 if id(ins) in calls:
                     out.line(calls[id(ins)])
-                else:
+                elif not (ins.kind == "alias" and self.names.name(ins.out) in self.addresses):
                     self.write(ins)
             out.line("return 0")
         return out.text()
 
     def alias_outputs(self, names: Namer) -> None:
-        outputs = {id(v): v for v in self.plan.outputs}
-        for key, src in self.plan.written_over.items():
-            names.same_as(outputs[key], src)
-        for v, first in same_views(self.plan):
-            names.same_as(v, first)
+        """Name each output written over an input as the input, each view as its slot's first."""
+        names.aliases.update(self.same_names)
 
     def kernels(self) -> dict[int, str]:
         """Load a kernel per distinct loop nest text (``k0 = kernels.load(...)``); the calls to make,
@@ -269,7 +305,7 @@ class StepWriter(Writer):
         names: dict[str, str] = {}
         calls = {}
         for ins in self.plan.instructions:
-            if not ins.nests():
+            if not in_kernel(ins):
                 continue
             writer = KernelWriter()
             self.alias_outputs(writer.names)
@@ -282,10 +318,19 @@ class StepWriter(Writer):
                 self.out.line(f"{names[text]} = kernels.load(\'\'\'")
                 self.out.block(text)
                 self.out.line(f"\'\'\', {len(params)}, {len(extents)})")
-            arguments = [f"{self.names.name(v)}.ctypes" for v in params] + self.extents + \
-                [f"{self.names.name(v)}.shape[{axis}]" for v, axis in writer.shapes] + list(map(str, writer.offset_values))
+            arguments = [self.address(v) for v in params] + self.extents + \
+                [str(internal_shape(v.shape)[axis]) for v, axis in writer.shapes] + list(map(str, writer.offset_values))
             calls[id(ins)] = f"{names[text]}({', '.join(arguments)})"
         return calls
+
+    def address(self, v: Var) -> str:
+        name = self.names.name(v)
+        return name if name in self.addresses else f"{name}.ctypes.data"
+
+
+def in_kernel(ins) -> bool:
+    """Whether the step calls ``ins`` as a kernel (loop nests and GEMMs) or writes it itself."""
+    return bool(ins.nests()) or ins.kind == "gemm"
 
 
 class KernelWriter(Writer):

@@ -64,7 +64,8 @@ def caching(enabled: bool):
 
 def load(source: str, pointers: int, extents: int) -> types.ExternalFunction:
     """The kernel ``source`` (a decorated ``def kernel(p0, ..., e0, ...)`` taking ``pointers``
-    data pointers then ``extents`` run-time extents), as a function the step calls by symbol."""
+    data pointers then ``extents`` run-time extents), as a function the step calls by symbol with
+    data addresses (``a.ctypes.data``) for the pointers."""
     with _lock:
         loaded = _loaded.get(source)
         if loaded is not None:
@@ -82,7 +83,9 @@ def compile_kernel(source: str, signature: tuple) -> Loaded:
     symbol = f"morphjit_kernel_{hashlib.sha256(source.encode()).hexdigest()[:20]}"
     llvm.add_symbol(symbol, overload.library.get_pointer_to_function(overload.fndesc.llvm_cfunc_wrapper_name))
     origin = "disk" if disk_cache.loaded_from_disk(dispatcher) else "compiled"
-    return Loaded(types.ExternalFunction(symbol, types.intp(*signature)), dispatcher, origin)
+    # The step passes data addresses as integers: the same machine type as the pointers.
+    step_signature = tuple(types.uintp if t is types.voidptr else t for t in signature)
+    return Loaded(types.ExternalFunction(symbol, types.intp(*step_signature)), dispatcher, origin)
 
 
 def called_by(step) -> list:

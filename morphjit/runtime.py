@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -15,6 +16,13 @@ from .source import Source
 
 
 VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """A step argument: the data addresses (a uintp vector) of the pooled ``values`` that only
+    kernels use, in place of one array argument each."""
+    values: tuple
 
 
 class NativeStep:
@@ -33,6 +41,7 @@ class NativeStep:
         self.consts = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.workspace_values = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
+        self.slot_of = plan.slot_of
         self.input_dtypes = [v.dtype for v in plan.inputs]
         self.scalar_dtypes = self.input_dtypes[n_in - n_scalars:n_in]   # run-time scalars, the last inputs
         self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
@@ -116,14 +125,18 @@ class Workspace:
                 self.views.clear()   # views of the old pool would keep it alive
                 self.pool = [np.empty(evaluate(slot.size, batch), slot.dtype) for slot in self.step.slots]
                 self.pool_batch = batch
-            views = self.views[batch] = [self.step.consts[id(v)] if slot is None else self._view(v, slot, batch)
-                                         for v, slot in self.step.workspace_values]
+            views = self.views[batch] = [self._argument(v, slot, batch) for v, slot in self.step.workspace_values]
             if len(self.views) > VIEWS_KEPT:
                 self.views.popitem(last=False)
         else:
             self.views.move_to_end(batch)
         self.batch, self.fixed = batch, views
         return views
+
+    def _argument(self, v, slot: int | None, batch: int) -> np.ndarray:
+        if isinstance(v, Addresses):   # views of the pool, which outlives this vector
+            return np.array([self._view(u, self.step.slot_of[id(u)], batch).ctypes.data for u in v.values], np.uintp)
+        return self.step.consts[id(v)] if slot is None else self._view(v, slot, batch)
 
     def _view(self, v, slot: int, batch: int) -> np.ndarray:
         shape = internal_shape(evaluate(v.shape, batch))

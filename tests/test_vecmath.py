@@ -242,11 +242,9 @@ def test_a_loop_writing_in_place_reads_and_writes_one_name():
     plan = step.explain(w, x).plan
     pairs = list(codegen.same_views(plan))
     assert pairs
-    source, arguments = codegen.render(plan)
-    header, body = source.split(f"def {codegen.ENTRY}(", 1)[1].split("\n", 1)
-    names = dict(zip(map(id, arguments), header.rstrip("):").split(", ")))
-    for v, first in pairs:
-        assert re.search(rf"\b{names[id(v)]}\b", body) is None and re.search(rf"\b{names[id(first)]}\b", body)
+    source, _ = codegen.render(plan)
+    # the tanh kernel reads and stores one array (its parameter for both values)
+    assert re.search(r"t\d+ = (a\d+)\[i0, i1\]\n(?:.*\n)*?\s+\1\[i0, i1\] = t\d+\n", source), source
 
 
 @needs_libmvec
