@@ -98,8 +98,10 @@ def build_morphjit_entry(wl, params, data):
     entry = native.call
 
     def call():
-        entry(*arguments)
+        entry(*arguments)   # the pooled buffers' addresses are in `arguments`: `workspace` keeps them alive
         return outputs
+
+    call.workspace = workspace
 
     def result(outs):
         grads = step.gradient_trees(outs[1:])[0]
