@@ -190,7 +190,9 @@ class AutogradNS:
     @staticmethod
     def prod(x, axis=None):
         """Factor by factor: autograd's own gradient of prod divides by each factor (NaN at a zero)."""
-        factors = anp.ravel(x) if axis is None else anp.moveaxis(x, axis, 0)
+        axes = tuple(range(x.ndim)) if axis is None else tuple(np.atleast_1d(axis) % x.ndim)
+        moved = anp.moveaxis(x, axes, tuple(range(len(axes))))
+        factors = anp.reshape(moved, (-1,) + moved.shape[len(axes):])
         return functools.reduce(operator.mul, [factors[i] for i in range(len(factors))], anp.ones(factors.shape[1:]))
 
     @staticmethod

@@ -60,7 +60,8 @@ def test_quickstart_runs(tmp_path, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs), "no loss curve plotted"
 
     results = [o.data for o in outputs if o.output_type == "execute_result"]
-    assert "<compiled loss 'loss': 1 signature, 10 instructions, cached on disk>" in [r["text/plain"] for r in results]
+    summary = re.compile(r"<compiled loss 'loss': 1 signature, \d+ instructions, cached on disk>")
+    assert any(summary.fullmatch(r["text/plain"]) for r in results), results
     explained = next(r for r in results if "text/html" in r and "morphjit-explain" in r["text/html"])
     assert explained["text/plain"].startswith("morphjit step for 'loss' at (f64[64,32], ")
     assert "machine code  compiled by numba" in explained["text/plain"]
