@@ -103,8 +103,9 @@ def _masked(inside, value, outside, valid):
 
 
 def _standardised(dist, x, args, kwds):
-    """``z = (x - loc) / scale``, and z replaced by a point of the support outside it (so that the
-    unused branch stays finite), where it is inside, where the parameters are valid."""
+    """``z = (x - loc) / scale``; z with its points outside the support replaced by one inside (so
+    that the unused branch stays finite); the mask of z inside the support; the mask of valid
+    parameters."""
     spec = CONTINUOUS[dist.name]
     shapes, loc, scale = dist._parse_args(*args, **kwds)
     z = (x - loc) / scale
