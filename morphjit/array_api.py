@@ -70,11 +70,16 @@ def _prototype(v):
     return v.dtype if isinstance(v, np.ndarray) else v
 
 
+def _result_dtype(values, floating: bool = False) -> np.dtype:
+    """NumPy's result dtype of the operands (Python scalars and weak tracers weak); float64 where
+    ``floating`` asks for a float and it is not one."""
+    dtype = np.result_type(*(_prototype(v) for v in values))
+    return np.dtype(np.float64) if floating and not is_float(dtype) else dtype
+
+
 def _promote(values, floating: bool = False):
     """NumPy's result dtype of the operands, and the operands converted to it."""
-    dtype = np.result_type(*(_prototype(v) for v in values))
-    if floating and not is_float(dtype):
-        dtype = np.dtype(np.float64)
+    dtype = _result_dtype(values, floating)
     return dtype, [_convert(v, dtype) for v in values]
 
 
@@ -617,6 +622,7 @@ def unsupported_error(func) -> UnsupportedError:
 # What modules adding op families (numpy_ext, special) build their functions with.
 bind = _apply
 promote = _promote
+result_dtype = _result_dtype
 prototype = _prototype
 as_value = _value
 as_array = _as_array

@@ -21,17 +21,17 @@ import numpy as np
 import scipy.special
 from scipy._lib.array_api_extra._lib import _at
 
+from . import array_api as A
 from . import array_namespace as traced_namespace
 from .custom import stop_gradient
 from .substitutes import ANY_TRACE
-from .trace import Tracer
 
 FUNCTIONS = (scipy.special.logsumexp, scipy.special.softmax, scipy.special.log_softmax)
 
 
 def _answering_traced(original):
     def array_namespace(*arrays):
-        if any(isinstance(a, Tracer) for a in arrays):
+        if A.trace_of(arrays) is not None:
             return traced_namespace
         return original(*arrays)
     return array_namespace
@@ -44,7 +44,7 @@ for _module in {sys.modules[f.__module__] for f in FUNCTIONS} | {_at}:
 def _weighted_logsumexp(original):
     """SciPy's ``_logsumexp(a, b, axis, return_sign, xp) -> (out, sign)`` (``keepdims`` shapes)."""
     def _logsumexp(a, b, *, axis, return_sign, xp):
-        if not isinstance(a, Tracer) and not isinstance(b, Tracer):
+        if A.trace_of([a, b]) is None:
             return original(a, b, axis=axis, return_sign=return_sign, xp=xp)
         if b is not None:
             a = np.where(b == 0, -np.inf, a)   # a zero weight drops its term, even an infinite one

@@ -191,13 +191,6 @@ def mvn_logpdf(dist, x, mean=None, cov=1, allow_singular=False):
 # Registration
 
 
-def _result_dtype(values) -> np.dtype:
-    """The float dtype of the arguments by NumPy's rules (SciPy's own results are float64): a
-    float32 model stays float32; the computation inside may use float64 constants."""
-    dtypes = [v if isinstance(v, (bool, int, float)) else A.dtype_of(v) for v in values if v is not None]
-    return np.result_type(*dtypes, 0.0)
-
-
 def _traced(args, kwds) -> bool:
     return A.trace_of([*args, *kwds.values()]) is not None
 
@@ -209,7 +202,9 @@ def _substitute(cls, name: str, twin, handles) -> None:
     @functools.wraps(original)
     def method(self, *args, **kwds):
         if _traced(args, kwds) and handles(self):
-            return A.astype(twin(self, *args, **kwds), _result_dtype([*args, *kwds.values()]))
+            # NumPy's float dtype of the arguments (SciPy's results are float64): float32 stays float32.
+            dtype = A.result_dtype([A.as_value(v) for v in (*args, *kwds.values()) if v is not None], floating=True)
+            return A.astype(twin(self, *args, **kwds), dtype)
         return original(self, *args, **kwds)
 
     ANY_TRACE.register(cls, name, method)
