@@ -51,15 +51,17 @@ from .rng import dropout
 from .frozen import FrozenValueError
 
 from . import linalg
-from . import stats
-from . import signal
+from .substitutes import ANY_TRACE
+
+ANY_TRACE.provided_by("scipy.stats", f"{__name__}.stats")   # SciPy's distributions on traced arrays
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    """``mj.dask`` is imported on first use, so ``import morphjit`` does not import Dask."""
-    if name == "dask":
+    """``mj.dask``, ``mj.stats`` and ``mj.signal`` are imported on first use, so that ``import morphjit``
+    imports neither Dask nor scipy.stats and scipy.signal (a third of its import time)."""
+    if name in ("dask", "stats", "signal"):
         import importlib
-        return importlib.import_module(".dask", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

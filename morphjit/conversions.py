@@ -4,10 +4,12 @@ traceable function to call instead), and ``array_api_extra.at``, the one writer 
 a tracer in place (SciPy's array-API code calls it, see ``morphjit.array_namespace``)."""
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 
 from .errors import UnsupportedError, user_location
+from .substitutes import ANY_TRACE
 
 
 def frames_where(matches) -> list:
@@ -62,10 +64,10 @@ def is_public_scipy(function) -> bool:
     return module.startswith("scipy.") and not module.startswith("scipy._lib")
 
 
-# Where the traceable twins of a SciPy module's functions live, by the module's public path
-# (``mj.linalg`` and ``mj.signal`` register themselves for ``scipy.linalg`` and ``scipy.signal``);
-# the others' are in ``mj`` (the package).
-TWIN_NAMESPACES: dict[str, tuple[str, object]] = {}
+# The morphjit module with the traceable twins of a SciPy module's functions, by the SciPy module's
+# public path (imported when an error names them: ``mj.signal`` and ``mj.stats`` load on first use);
+# the others' twins are in ``mj`` (the package).
+TWIN_MODULES = {"scipy.linalg": "linalg", "scipy.signal": "signal", "scipy.stats": "stats"}
 # What else to do, by module, where a function has no twin (``morphjit.stats`` for scipy.stats).
 MODULE_HINTS: dict[str, str] = {}
 
@@ -73,8 +75,14 @@ MODULE_HINTS: dict[str, str] = {}
 def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
     """``module.name``, called from the frame ``caller``, converts its arguments with
     ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
-    prefix, twins = TWIN_NAMESPACES.get(module, ("mj", sys.modules[__package__]))
-    hint = f"call {prefix}.{name} instead, which traces" if has_path(twins, name) else MODULE_HINTS.get(module)
+    late = ANY_TRACE.pending(module)
+    twins = TWIN_MODULES.get(module)
+    namespace = importlib.import_module(f"{__package__}.{twins}") if twins else sys.modules[__package__]
+    prefix = f"mj.{twins}" if twins else "mj"
+    hint = f"call {prefix}.{name} instead, which traces" if has_path(namespace, name) else MODULE_HINTS.get(module)
+    if late:
+        hint = (f"{module} was first imported while this trace ran, too late for morphjit to make its functions "
+                f"trace: import it before the function is traced (at the top of your module)")
     return UnsupportedError(f"{module}.{name} does not trace: it converts its arguments to NumPy arrays, which "
                             f"a traced array cannot become{'; ' + hint if hint else ''}", user_location(caller))
 

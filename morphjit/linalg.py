@@ -14,13 +14,11 @@ NumPy does; NaN input gives NaN results, as in NumPy.
 """
 from __future__ import annotations
 
-import sys
 from collections import namedtuple
 
 import numpy as np
 
 from . import array_api as A
-from .conversions import TWIN_NAMESPACES
 from .errors import ShapeError, UnsupportedError, user_location
 from .ir import is_float
 from .linalg_ops import apply
@@ -242,4 +240,3 @@ A.FUNCTIONS.update({
 })
 
 
-TWIN_NAMESPACES["scipy.linalg"] = ("mj.linalg", sys.modules[__name__])

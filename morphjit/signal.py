@@ -9,13 +9,11 @@ larger ones (``morphjit.conv``). On NumPy arrays they call SciPy.
 from __future__ import annotations
 
 import math
-import sys
 
 import scipy.signal
 
 from . import array_api as A
 from .conv import padded
-from .conversions import TWIN_NAMESPACES
 from .einsum import einsum
 from .errors import ShapeError, UnsupportedError, user_location
 from .numpy_index import getitem
@@ -130,4 +128,3 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     return _sliding("correlate2d", a, b, mode, False, _centred_2d, fill)
 
 
-TWIN_NAMESPACES["scipy.signal"] = ("mj.signal", sys.modules[__name__])

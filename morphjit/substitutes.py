@@ -5,10 +5,15 @@ Some functions never reach a traced array's dispatch: ``np.arange(n)`` of a symb
 arrays before computing. While a trace runs, such an attribute is replaced, in every thread and
 until the last such trace ends, by a substitute that handles traced arguments and passes every
 other call on to the original (which the module defining the substitute keeps).
+
+A module whose substitutes serve a library the user may never import (``morphjit.stats`` for
+``scipy.stats``) is loaded by the first trace that starts once that library is imported.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib
+import sys
 import threading
 
 
@@ -18,12 +23,26 @@ class Substitutes:
     def __init__(self):
         self._wanted: dict[tuple[object, str], object] = {}
         self._own: dict[tuple[object, str], object] = {}
+        self._providers: dict[str, str] = {}
         self._running = 0
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()   # a provider loaded under it registers
 
     def register(self, owner, name: str, substitute) -> None:
         """While active, ``owner.name`` is ``substitute`` (a module's function or a class's method)."""
         self._wanted[(owner, name)] = substitute
+
+    def provided_by(self, library: str, module: str) -> None:
+        """Once ``library`` is imported, the next trace to start imports ``module``, which registers
+        the substitutes for it."""
+        self._providers[library] = module
+
+    def pending(self, library: str) -> bool:
+        """Whether ``library`` has substitutes that no trace has loaded yet."""
+        return library in self._providers
+
+    def _load_providers(self) -> None:
+        for library in [name for name in self._providers if name in sys.modules]:
+            importlib.import_module(self._providers.pop(library))
 
     @contextlib.contextmanager
     def active(self):
@@ -35,15 +54,21 @@ class Substitutes:
 
     def _count(self, change: int) -> None:
         with self._lock:
+            if change > 0:
+                self._load_providers()
             self._running += change
-            if change > 0 and self._running == 1:
-                for (owner, name), substitute in self._wanted.items():
-                    self._own[(owner, name)] = vars(owner)[name]
-                    setattr(owner, name, substitute)
+            if change > 0:
+                self._install_missing()   # all of them at the first trace; a new provider's later
             elif self._running == 0:
                 for (owner, name), original in self._own.items():
                     setattr(owner, name, original)
                 self._own.clear()
+
+    def _install_missing(self) -> None:
+        for (owner, name), substitute in self._wanted.items():
+            if (owner, name) not in self._own:
+                self._own[(owner, name)] = vars(owner)[name]
+                setattr(owner, name, substitute)
 
 
 SYMBOLIC_EXTENT = Substitutes()   # while a trace with a symbolic batch size runs

@@ -1,6 +1,9 @@
 """SciPy's distributions on traced arrays (morphjit/stats.py): SciPy's values everywhere (outside
 the support, at its ends, invalid parameters, NaN and inf), gradients against finite differences,
 frozen distributions, the multivariate normal, and the refusal of what is not covered."""
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import scipy.stats as ss
@@ -135,3 +138,37 @@ def test_what_is_not_covered_is_refused_naming_it():
             mj.compile_loss(fn)(np.zeros(2) if fn is singular else np.float64(1.5))
         for word in words + [f"# <- {fn.__name__}"]:
             assert word in str(error.value)
+
+
+LATE_IMPORT = '''
+import sys
+import numpy as np
+import morphjit as mj
+
+assert not {"scipy.stats", "scipy.signal", "morphjit.stats", "morphjit.signal"} & set(sys.modules)
+
+def loss(mu, x):
+    import scipy.stats      # first imported while the first trace runs
+    return -np.sum(scipy.stats.norm.logpdf(x, mu, 2.0))
+
+x, mu = np.array([0.0, 1.0, 3.0]), np.float64(0.5)
+try:
+    mj.trace(loss, mu, x)
+    raise SystemExit("the first trace should not have traced scipy.stats")
+except mj.UnsupportedError as error:
+    assert "import it before the function is traced" in str(error), error
+value, grad = mj.compile_loss(loss)(mu, x)   # traces that start after the import
+assert np.isclose(value, loss(mu, x)) and np.isclose(grad, -np.sum(x - mu) / 4), (value, grad)
+
+import scipy.signal
+try:
+    mj.trace(lambda a: np.sum(scipy.signal.convolve(a, np.ones(2))), np.ones(3))
+except mj.UnsupportedError as error:
+    assert "call mj.signal.convolve instead" in str(error), error
+'''
+
+
+def test_scipy_stats_and_signal_load_on_first_use():
+    # import morphjit leaves them out (a third of its import time); a trace that starts once
+    # scipy.stats is imported substitutes its methods, and errors still name mj.signal's twins.
+    subprocess.run([sys.executable, "-c", LATE_IMPORT], check=True)
