@@ -214,7 +214,7 @@ def resized(leaves, batched, batch):
     return [np.take(x, np.arange(batch) % x.shape[0], axis=0) if k in batched else x for k, x in enumerate(leaves)]
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(random_programs(), st.integers(1, 9))
 def test_random_polymorphic_steps_agree_with_the_reference_at_other_batch_sizes(example, batch):
     fn, args = example
