@@ -311,8 +311,9 @@ class StepWriter(Writer):
             self.alias_outputs(writer.names)
             writer.write(ins)
             params = writer.names.order
+            shapes = writer.array_shapes(ins, params)
             extents = self.extents + writer.parameters()
-            text = kernel_source(writer.out.text(), params, extents)
+            text = kernel_source(writer.out.text(), params, shapes, extents)
             if text not in names:
                 names[text] = f"k{len(names)}"
                 self.out.line(f"{names[text]} = kernels.load(\'\'\'")
@@ -356,6 +357,14 @@ class KernelWriter(Writer):
         self.offset_values.append(value)
         return f"o{len(self.offset_values) - 1}"
 
+    def array_shapes(self, ins, params: list[Var]) -> list[tuple]:
+        """The shape of each array in the kernel's text. A GEMM of matrices takes every extent as
+        a parameter: one kernel per dtype and transposition serves all of them (numba takes longer
+        over ``np.dot`` than over any loop nest)."""
+        if ins.kind == "gemm" and not ins.out.shape[:-2]:
+            return [tuple(Extent(self.run_time_extent(v, axis)) for axis in range(len(v.shape))) for v in params]
+        return [tuple(Extent(e) for e in internal_shape(v.shape)) for v in params]
+
     def parameters(self) -> list[str]:
         """The kernel's integer parameters after the step's own extents."""
         return [f"n{k}" for k in range(len(self.shapes))] + [f"o{k}" for k in range(len(self.offset_values))]
@@ -368,14 +377,13 @@ class Extent(str):
         return self
 
 
-def kernel_source(body: str, params: list[Var], extents: list[str]) -> str:
+def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: list[str]) -> str:
     """A kernel's module text: each array a C-ordered view of its data pointer, then ``body``."""
     out = Source()
     out.line(DECORATOR)
     out.line(f"def {kernels.NAME}({', '.join([f'p{k}' for k in range(len(params))] + extents)}):")
     with out.indent():
-        for k, v in enumerate(params):
-            shape = tuple(Extent(e) for e in internal_shape(v.shape))
+        for k, (v, shape) in enumerate(zip(params, shapes)):
             out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
         out.block(body)
         out.line("return 0")

@@ -78,3 +78,24 @@ def test_the_time_steps_of_an_unrolled_loop_share_their_kernels():
         np.testing.assert_allclose(grad, want_grad, rtol=1e-10, atol=1e-12)
     # a slice's start is the kernel's parameter, not part of its text: twice the steps, as many kernels
     assert len(texts[6]) == len(texts[3]) and any("o0" in text for text in texts[6])
+
+
+def test_gemms_of_matrices_share_one_kernel_per_transposition():
+    # Every extent of a matrix GEMM's kernel is a parameter: x @ W1 and h @ W2 run one kernel.
+    def loss(p, x):
+        h = np.tanh(x @ p["W1"])
+        return np.sum((h @ p["W2"]) ** 2)
+
+    rng = np.random.default_rng(0)
+    p = {"W1": rng.standard_normal((5, 7)), "W2": rng.standard_normal((7, 3))}
+    x = rng.standard_normal((4, 5))
+    step = mj.compile_loss(loss)
+    value, grads = step(p, x)
+    source = step.source(p, x)
+    assert source.count("np.dot(a0, a1, a2)") == 1 and source.count("np.dot(a0.T, a1, a2)") == 1
+    assert source.count("np.dot(a0, a1.T, a2)") == 1
+    assert ": 5 gemm, " in source.splitlines()[0]
+    want_value, want = mj.compile_loss(loss, backend="interp")(p, x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    for k in p:
+        np.testing.assert_allclose(grads[k], want[k], rtol=1e-12)
