@@ -1,8 +1,8 @@
 """Codegen: render a replay plan as the Python source of one numba function.
 
 Loop nests carry their fused scalar expressions as loop bodies, GEMMs go through
-``np.dot(a, b, out)`` into planned C-contiguous buffers (transposed operands as ``.T`` views,
-which BLAS takes as flags), reductions are loops with accumulators. Values are named
+``lapack.gemm(a, b, out)`` (BLAS) into planned C-contiguous buffers (transposed operands as ``.T``
+views, which BLAS takes as flags), reductions are loops with accumulators. Values are named
 ``v0, v1, ...`` in order of definition, so a plan always renders to the same text. Arrays of
 shape () are passed as one-element vectors.
 """
@@ -25,6 +25,8 @@ from .source import Source
 # `reassoc` it licenses cancelling `x - x`, `x + -x` and `(x + y) - y`, which drops a NaN or inf.
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
+# The digest makes the text, and so the disk-cache key, change with the module's kernels.
+LAPACK_IMPORT = f"import morphjit.lapack as lapack  # kernels {kernels.source_digest('lapack')}"
 DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
              "error_model='numpy', boundscheck=False, nogil=True)")
 
@@ -77,7 +79,7 @@ class Writer:
         operands = [self.operand(v, t, batch, idx) for v, t in ((ins.a, ins.a_transposed), (ins.b, ins.b_transposed))]
         target = self.names.name(ins.out) + (f"[{', '.join(idx)}]" if idx else "")
         with loops(self.out, batch, idx):
-            self.out.line(f"np.dot({operands[0]}, {operands[1]}, {target})")
+            self.out.line(f"lapack.gemm({operands[0]}, {operands[1]}, {target})")
 
     def operand(self, v: Var, transposed: bool, batch, idx) -> str:
         name = self.names.name(v)
@@ -273,8 +275,7 @@ class StepWriter(Writer):
         if any(ins.kind == "check" for ins in self.plan.instructions):
             out.line("from morphjit import runtime as rt")
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
-            # The kernels' digest makes the text, and so the disk-cache key, change with them.
-            out.line(f"import morphjit.lapack as lapack  # kernels {kernels.source_digest('lapack')}")
+            out.line(LAPACK_IMPORT)
         calls = self.kernels()
         out.line("")
         out.line("")
@@ -313,7 +314,7 @@ class StepWriter(Writer):
             params = writer.names.order
             shapes = writer.array_shapes(ins, params)
             extents = self.extents + writer.parameters()
-            text = kernel_source(writer.out.text(), params, shapes, extents)
+            text = kernel_source(writer.out.text(), params, shapes, extents, ins.kind == "gemm")
             if text not in names:
                 names[text] = f"k{len(names)}"
                 self.out.line(f"{names[text]} = kernels.load(\'\'\'")
@@ -377,9 +378,12 @@ class Extent(str):
         return self
 
 
-def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: list[str]) -> str:
-    """A kernel's module text: each array a C-ordered view of its data pointer, then ``body``."""
+def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: list[str], lapack: bool) -> str:
+    """A kernel's module text: each array a C-ordered view of its data pointer, then ``body``
+    (which calls ``morphjit.lapack`` if ``lapack``)."""
     out = Source()
+    if lapack:
+        out.line(LAPACK_IMPORT)
     out.line(DECORATOR)
     out.line(f"def {kernels.NAME}({', '.join([f'p{k}' for k in range(len(params))] + extents)}):")
     with out.indent():

@@ -1,4 +1,5 @@
-"""The numba kernels the generated step calls for ``Lapack`` instructions (one matrix each).
+"""The numba kernels the generated step calls for ``Lapack`` instructions (one matrix each), and
+the GEMM that kernels call.
 
 Each kernel writes its result into the planned buffer ``out``. Cholesky and the triangular ops
 call LAPACK's ``potrf``, ``trtri`` and ``lauum`` and BLAS's ``trsm`` and ``trmm`` from SciPy's bindings in
@@ -10,6 +11,9 @@ The routines are external symbols registered with LLVM when this module loads (w
 generated module's import does first), so steps calling them cache to disk like any other.
 Failures raise ``numpy.linalg.LinAlgError`` with NumPy's and SciPy's messages; NaN input gives
 NaN output, as in NumPy.
+
+`gemm` calls BLAS's ``gemm`` directly: numba takes about 0.15 s over a kernel calling ``np.dot``
+and 0.06 s over one calling `gemm` (compiled once and cached with the package).
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ import numba
 import numpy as np
 from llvmlite import binding as llvm
 from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 from scipy.linalg import cython_blas, cython_lapack
 
 
@@ -39,6 +45,8 @@ def _external(module, name: str, arguments: int):
     return types.ExternalFunction(symbol, types.void(*[types.voidptr] * arguments))
 
 
+_dgemm = _external(cython_blas, "dgemm", 13)
+_sgemm = _external(cython_blas, "sgemm", 13)
 _dtrsm = _external(cython_blas, "dtrsm", 11)
 _strsm = _external(cython_blas, "strsm", 11)
 _dtrmm = _external(cython_blas, "dtrmm", 11)
@@ -67,6 +75,53 @@ def _integers(*values):
     for k, v in enumerate(values):
         ints[k] = v
     return ints
+
+
+@intrinsic
+def _by_reference(typingctx, value, like):
+    """A pointer to a slot on the stack holding ``value`` as ``like``'s type (an array's dtype),
+    for the Fortran routines, which take every argument by reference."""
+    slot_type = like.dtype if isinstance(like, types.Array) else like
+
+    def codegen(context, builder, signature, args):
+        converted = context.cast(builder, args[0], signature.args[0], slot_type)
+        return builder.bitcast(cgutils.alloca_once_value(builder, converted), cgutils.voidptr_t)
+    return types.voidptr(value, like), codegen
+
+
+@numba.njit(**JIT)
+def _blas_operand(x):
+    """How BLAS (column-major) sees a C-order matrix: as its transpose ('N', no flag) with the row
+    stride as leading dimension; a transposed view of one ('T') with the column stride. The stride
+    of an axis of length one says nothing: BLAS still wants the leading dimension at least the
+    length of the other axis."""
+    size, (rows, cols) = x.itemsize, x.shape
+    if x.strides[1] == size:
+        return ord("N"), max(x.strides[0] // size, cols, 1)
+    return ord("T"), max(x.strides[1] // size, rows, 1)
+
+
+@numba.njit(**JIT)
+def gemm(a, b, out):
+    """``out = a @ b`` for matrices that are C-ordered or transposed views of C-ordered ones:
+    column-major ``out^T = b^T a^T``."""
+    m, k = a.shape
+    n = b.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        out[:] = 0
+        return
+    (ta, lda), (tb, ldb) = _blas_operand(a), _blas_operand(b)
+    char, int32 = np.uint8(0), np.int32(0)
+    args = (_by_reference(tb, char), _by_reference(ta, char), _by_reference(n, int32), _by_reference(m, int32),
+            _by_reference(k, int32), _by_reference(1, out), b.ctypes, _by_reference(ldb, int32), a.ctypes,
+            _by_reference(lda, int32), _by_reference(0, out), out.ctypes,
+            _by_reference(out.strides[0] // out.itemsize, int32))
+    if out.itemsize == 8:
+        _dgemm(*args)
+    else:
+        _sgemm(*args)
 
 
 @numba.njit(**JIT)
