@@ -1,7 +1,8 @@
 """What ``mj.dask`` runs on the workers (``dask.py`` is the client side that submits it): the
 user's function as shipped (``Shipped``), compiled once per worker process after a version check,
-and the tasks of ``dataset_loss`` and ``data_parallel``. A task's result is a part, ``(weighted
-loss, list of weighted arrays)``; parts are summed with ``add_parts``.
+the tasks of ``dataset_loss`` and ``data_parallel``, and ``dataset_loss``'s per-worker actor. A
+task's result is a part, ``(weighted loss, list of weighted arrays)``; parts are summed with
+``add_parts``.
 """
 from __future__ import annotations
 
@@ -139,6 +140,23 @@ def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call
         value, grads = loss(params, *piece)
         parts.append((weight * float(value), [np.asarray(g * g.dtype.type(weight)) for g in pytree.flatten(grads)[0]]))
     return add_parts(*parts)
+
+
+def group_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, chunks: list):
+    """The part of a group of chunks (each a list of blocks): their ``chunk_part``s added in order."""
+    return add_parts(*(chunk_part(shipped, params, row_weight, rows_per_call, *blocks) for blocks in chunks))
+
+
+class ResidentChunks:
+    """A Dask actor on the worker that holds a group of chunks: references to the chunks (not
+    copies) and the shipped loss, so that ``part(params)``, the ``group_part`` of those chunks,
+    is one request from the client to the worker and one reply, with no task and no scheduling."""
+
+    def __init__(self, shipped: Shipped, row_weight: float | None, rows_per_call: int | None, chunks: list):
+        self.shipped, self.row_weight, self.rows_per_call, self.chunks = shipped, row_weight, rows_per_call, chunks
+
+    def part(self, params):
+        return group_part(self.shipped, params, self.row_weight, self.rows_per_call, self.chunks)
 
 
 def add_parts(*parts):
