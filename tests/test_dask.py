@@ -109,6 +109,16 @@ def test_each_worker_compiles_at_most_once(client):
     assert infos and all(info.misses == 1 and len(info.signatures) == 1 for info in infos)
 
 
+def test_an_actor_spreads_its_chunks_over_the_worker_threads_with_the_same_sum():
+    params, x, y = problem()
+    chunks = [[x[a:b], y[a:b]] for a, b in zip(np.cumsum((0,) + UNEVEN), np.cumsum(UNEVEN))]
+    shipped = mjw.Shipped.of(logistic)
+    one_thread = mjw.group_part(shipped, params, 1 / len(x), 64, chunks)
+    for threads in (2, 3):
+        value, grads = mjw.ResidentChunks(shipped, 1 / len(x), 64, chunks, threads=threads).part(params)
+        assert value == one_thread[0] and all(np.array_equal(g, h) for g, h in zip(grads, one_thread[1]))
+
+
 def worker_backends(token):
     return mjw._compiled[token].backend if token in mjw._compiled else None
 
