@@ -237,8 +237,9 @@ def dataset_loss(loss, *data, reduction="mean", client=None, rows_per_call=ROWS_
     computed once into the workers' memory, the chunks spread evenly by rows (a copy if they were
     persisted already: pass them unpersisted to hold them once); each call sends the parameters
     once to each worker holding chunks and returns only the loss and gradients, added on the
-    workers and then over the workers on the client. A worker runs the compiled step on ``rows_per_call`` rows of a chunk at a time
-    (None: the whole chunk), so that the forward and backward passes find them in the cache.
+    workers and then over the workers on the client. A worker runs the compiled step on
+    ``rows_per_call`` rows of a chunk at a time (None: the whole chunk), so that the forward and
+    backward passes find them in the cache.
     """
     return DatasetLoss(loss, data, reduction, client, rows_per_call)
 
