@@ -156,17 +156,21 @@ def round_trips(client, features, repeat, chunks=10, chunk=1000):
 
 def one_process_alone(rows, features, repeat, barrier, results):
     """In a process of its own: the step on ``rows`` rows (in ``ROWS_PER_CALL``-row calls),
-    timed after every process of the run has its data and its compiled step."""
+    timed after every process of the run has its data and its compiled step; median wall and
+    mean CPU seconds (a process that waits for memory spends CPU time; one that waits for a
+    core, as on a loaded machine, does not)."""
     beta = np.full(features, 0.1)
     x, y = local_data(rows, features)
     loss = mj.compile_loss(logistic_nll)
     in_pieces(loss, beta, x, y)
     barrier.wait()
-    results.put(medians({"pieces": lambda: in_pieces(loss, beta, x, y)}, repeat)["pieces"])
+    cpu: dict = {}
+    wall = medians({"pieces": lambda: in_pieces(loss, beta, x, y)}, repeat, cpu)
+    results.put((wall["pieces"], cpu["pieces"]))
 
 
-def concurrent(processes, rows, features, repeat) -> list[float]:
-    """Median seconds per step of each of ``processes`` processes running at once."""
+def concurrent(processes, rows, features, repeat) -> list[tuple[float, float]]:
+    """Wall and CPU seconds per step of each of ``processes`` processes running at once."""
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(processes), context.Queue()
     started = [context.Process(target=one_process_alone, args=(rows, features, repeat, barrier, results))
@@ -222,10 +226,11 @@ def main(argv=None):
                 print(f"  {name:32s} {wall * 1e3:7.2f} ms   client CPU {cpu * 1e3:6.2f} ms")
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
     if args.ceiling:
-        print(f"\nmemory ceiling: one-process step ({ROWS_PER_CALL}-row calls), ms, median of {args.repeat}:")
+        print(f"\nmemory ceiling: one-process step ({ROWS_PER_CALL}-row calls), ms per step, "
+              f"median of {args.repeat} (CPU ms):")
         for name, seconds in ceiling(args.rows, args.features, args.repeat).items():
             print(f"  {args.rows // (1 if name == 'all alone' else 2):,} rows, {name:18s} "
-                  + "  ".join(f"{s * 1e3:7.1f}" for s in seconds))
+                  + "  ".join(f"{wall * 1e3:7.1f} ({cpu * 1e3:.1f})" for wall, cpu in seconds))
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return result
 
