@@ -171,13 +171,13 @@ def kill_a_worker(client, after=0.0):
 
 def test_a_worker_killed_mid_call_changes_nothing(two_workers):
     client = two_workers
-    params, x, y = problem(rows=20_000, seed=1)
-    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(2000, 5)), da.from_array(y, chunks=2000),
-                            rows_per_call=1)                  # about 0.3 s a call: killed during it
+    params, x, y = problem(rows=12_000, seed=1)
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(1200, 5)), da.from_array(y, chunks=1200),
+                            rows_per_call=1)                  # about 0.2 s a call: killed during it
     expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
     first = loss(params)
     assert loss.fallbacks == 0 and len(loss.residents()) == 2     # one actor per worker did the call
-    kill_a_worker(client, after=0.1)
+    kill_a_worker(client, after=0.05)
     for value, grads in (loss(params), loss(params)):         # the actor fails: tasks redo the call
         assert value == first[0] and all(np.array_equal(grads[k], first[1][k]) for k in grads)
     assert loss.fallbacks == 1                                # then new actors serve the calls
