@@ -5,9 +5,11 @@ Dask does the scheduling, the transport and the fault handling; morphjit only sh
 function and runs its compiled step on the workers (what runs there is in ``dask_worker.py``).
 
 * ``dataset_loss(loss, *data, reduction="mean")``: the loss and gradients over the whole data
-  set. Each chunk along the batch axis runs through the compiled step on the worker that holds
-  it; the chunk results are summed by a tree reduction on the workers, weighted by the chunk's
-  rows for a mean-type loss, so uneven chunks give the single-machine result to rounding.
+  set. The chunks along the batch axis are grouped by the worker that holds them; a Dask actor
+  per group runs the compiled step over its chunks, weighted by the chunk's rows for a mean-type
+  loss, and adds their results on the worker, so a call is one request and one reply per worker
+  (Dask tasks over the same groups, with the same arithmetic, if a worker was lost). Uneven
+  chunks give the single-machine result to rounding.
 * ``data_parallel(loss, optimizer, params, *data, batch_size=...)``: every worker holds a shard
   and a replica of the parameters and optimiser state; a step averages the gradients of all
   minibatches and every replica applies the same update, so the replicas stay identical.
@@ -31,8 +33,8 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("mj.dask needs dask and distributed: pip install 'morphjit[dask]'") from error
 
 from . import pytree
-from .dask_worker import (ROWS_PER_CALL, Shipped, VersionMismatch, add_parts, apply_update,
-                          averaged_replica, chunk_part, identity, local_part, loss_of, mismatch,
+from .dask_worker import (ROWS_PER_CALL, ResidentChunks, Shipped, VersionMismatch, add_parts, apply_update,
+                          averaged_replica, group_part, identity, local_part, loss_of, mismatch,
                           replica_part, versions, worker_cache_info)
 from .optim import Optimizer
 
@@ -115,6 +117,16 @@ def aligned(data, row_chunks) -> list:
     return [x.rechunk((row_chunks,) + tuple(-1 for _ in x.shape[1:])) for x in data]
 
 
+def resident_groups(client, blocks: list[list]) -> list[list[int]]:
+    """The chunk indices grouped by the worker holding the chunk's first block, each group in
+    chunk order, the groups in the order of their first chunk."""
+    where = client.who_has([chunk[0] for chunk in blocks])
+    groups: dict = {}
+    for i, chunk in enumerate(blocks):
+        groups.setdefault(where[chunk[0].key][0], []).append(i)
+    return list(groups.values())
+
+
 def placed_blocks(client, arrays) -> list[list]:
     """Per chunk of rows, futures of each array's block on the worker with the fewest rows so far
     (Dask alone may put 6 of 10 equal chunks on one of 2 workers); a worker that dies leaves its
@@ -135,20 +147,22 @@ def placed_blocks(client, arrays) -> list[list]:
 class DatasetLoss:
     """The loss and gradients of ``loss`` over data held as Dask arrays; see ``dataset_loss``."""
 
-    def __init__(self, loss, data, reduction="mean", client=None, split_every=8, rows_per_call=ROWS_PER_CALL):
+    def __init__(self, loss, data, reduction="mean", client=None, rows_per_call=ROWS_PER_CALL):
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        if not isinstance(split_every, int) or split_every < 2:
-            raise ValueError(f"split_every must be an integer >= 2, got {split_every!r}")
         self.client = connected_client(client)
         self.shipped = Shipped.of(loss)
-        self.reduction, self.split_every, self.rows_per_call = reduction, split_every, rows_per_call
+        self.reduction, self.rows_per_call = reduction, rows_per_call
         data = check_data(data)
         self.rows = data[0].shape[0]
         self.chunk_rows = data[0].chunks[0]
         self._meta = [(x.shape[1:], x.dtype) for x in data]
         self.blocks = placed_blocks(self.client, aligned(data, self.chunk_rows))
+        self.groups = resident_groups(self.client, self.blocks)
+        self.row_weight = 1 / self.rows if reduction == "mean" else None
         self._shipped = ship(self.client, self.shipped)
+        self._residents = None
+        self.fallbacks = 0          # calls made again by tasks because an actor failed
 
     def arrays(self) -> list:
         """The data as Dask arrays over the chunks held on the workers, for other computations on
@@ -157,19 +171,48 @@ class DatasetLoss:
                                 for rows, blocks in zip(self.chunk_rows, self.blocks)])
                 for k, (shape, dtype) in enumerate(self._meta)]
 
+    def group_chunks(self, group: list[int]) -> list[list]:
+        return [self.blocks[i] for i in group]
+
     def submit(self, params):
-        """A future of ``(loss, gradient leaves)``; the parameters travel to the cluster once."""
+        """A future of ``(loss, gradient leaves)`` computed by Dask tasks, one per group of chunks
+        and one that adds the groups' parts in order (what a call falls back to when a worker was
+        lost: Dask recomputes the lost chunks from their lineage); the parameters travel to the
+        cluster once."""
         params_future = self.client.submit(identity, params, pure=False)
-        row_weight = 1 / self.rows if self.reduction == "mean" else None
-        parts = [self.client.submit(chunk_part, self._shipped, params_future, row_weight, self.rows_per_call, *blocks,
-                                    pure=False)
-                 for blocks in self.blocks]
-        return tree_sum(self.client, parts, self.split_every)
+        parts = [self.client.submit(group_part, self._shipped, params_future, self.row_weight, self.rows_per_call,
+                                    self.group_chunks(group), pure=False)
+                 for group in self.groups]
+        return self.client.submit(add_parts, *parts, pure=False)
+
+    def residents(self) -> list:
+        """The actors holding the groups of chunks, one per group on the worker holding its
+        chunks; made again from the chunks' futures after a fault (Dask recomputes lost chunks)."""
+        if self._residents is None:
+            futures = [self.client.submit(ResidentChunks, self._shipped, self.row_weight, self.rows_per_call,
+                                          self.group_chunks(group), actor=True, pure=False)
+                       for group in self.groups]
+            self._residents = self.client.gather(futures)
+        return self._residents
+
+    def evaluate(self, params):
+        """``(loss, gradient leaves)``: each worker's actor adds its chunks' parts, the client
+        adds the groups' parts in order. If an actor fails (its worker was lost or restarted),
+        the call is made again by ``submit``'s tasks, which give the same numbers, and the actors
+        are made again at the next call; an error of the loss itself is raised by the tasks."""
+        try:
+            calls = [resident.part(params) for resident in self.residents()]
+            parts = [call.result() for call in calls]
+        except Exception:
+            self._residents = None
+            self.fallbacks += 1
+            return self.submit(params).result()
+        return add_parts(*parts)
 
     def __call__(self, params):
         """``(loss, grads)`` over the whole data set; ``grads`` is shaped like ``params``."""
         _, treedef = pytree.flatten(params)
-        value, leaves = self.submit(params).result()
+        value, leaves = self.evaluate(params)
         return value, pytree.unflatten(treedef, leaves)
 
     def scipy_objective(self, params) -> "FlatObjective":
@@ -183,8 +226,7 @@ class DatasetLoss:
         return self.client.run(worker_cache_info, self.shipped.token)
 
 
-def dataset_loss(loss, *data, reduction="mean", client=None, split_every=8,
-                 rows_per_call=ROWS_PER_CALL) -> DatasetLoss:
+def dataset_loss(loss, *data, reduction="mean", client=None, rows_per_call=ROWS_PER_CALL) -> DatasetLoss:
     """``loss(params, *data)`` over the whole of ``data`` (Dask arrays sharing their leading
     axis), computed chunk by chunk on the cluster.
 
@@ -194,11 +236,12 @@ def dataset_loss(loss, *data, reduction="mean", client=None, split_every=8,
     over rows: chunk results are added; a penalty would be counted once per chunk). The data are
     computed once into the workers' memory, the chunks spread evenly by rows (a copy if they were
     persisted already: pass them unpersisted to hold them once); each call sends the parameters
-    once and returns only the loss and gradients. ``split_every`` chunk results are added per
-    reduction task. A worker runs the compiled step on ``rows_per_call`` rows of a chunk at a time
-    (None: the whole chunk), so that the forward and backward passes find them in the cache.
+    once to each worker holding chunks and returns only the loss and gradients, added on the
+    workers and then over the workers on the client. A worker runs the compiled step on
+    ``rows_per_call`` rows of a chunk at a time (None: the whole chunk), so that the forward and
+    backward passes find them in the cache.
     """
-    return DatasetLoss(loss, data, reduction, client, split_every, rows_per_call)
+    return DatasetLoss(loss, data, reduction, client, rows_per_call)
 
 
 # ---------------------------------------------------------------------------------------------

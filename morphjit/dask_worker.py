@@ -1,15 +1,18 @@
 """What ``mj.dask`` runs on the workers (``dask.py`` is the client side that submits it): the
 user's function as shipped (``Shipped``), compiled once per worker process after a version check,
-and the tasks of ``dataset_loss`` and ``data_parallel``. A task's result is a part, ``(weighted
-loss, list of weighted arrays)``; parts are summed with ``add_parts``.
+the tasks of ``dataset_loss`` and ``data_parallel``, and ``dataset_loss``'s per-worker actor. A
+task's result is a part, ``(weighted loss, list of weighted arrays)``; parts are summed with
+``add_parts``.
 """
 from __future__ import annotations
 
 import hashlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import cloudpickle
+import distributed
 import numpy as np
 
 from . import pytree
@@ -139,6 +142,35 @@ def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call
         value, grads = loss(params, *piece)
         parts.append((weight * float(value), [np.asarray(g * g.dtype.type(weight)) for g in pytree.flatten(grads)[0]]))
     return add_parts(*parts)
+
+
+def group_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, chunks: list,
+               threads: int = 1):
+    """The part of a group of chunks (each a list of blocks): their ``chunk_part``s, computed
+    ``threads`` at a time (the compiled step releases the GIL), added in order."""
+    def part(blocks):
+        return chunk_part(shipped, params, row_weight, rows_per_call, *blocks)
+
+    if threads == 1 or len(chunks) == 1:
+        return add_parts(*map(part, chunks))
+    with ThreadPoolExecutor(min(threads, len(chunks))) as pool:
+        return add_parts(*pool.map(part, chunks))
+
+
+class ResidentChunks:
+    """A Dask actor on the worker that holds a group of chunks: references to the chunks (not
+    copies) and the shipped loss, so that ``part(params)``, the ``group_part`` of those chunks,
+    is one request from the client to the worker and one reply, with no task and no scheduling.
+    An actor runs in one thread of its own: the chunks are spread over ``threads`` threads
+    (None: as many as the worker has for tasks, which are idle meanwhile)."""
+
+    def __init__(self, shipped: Shipped, row_weight: float | None, rows_per_call: int | None, chunks: list,
+                 threads: int | None = None):
+        self.shipped, self.row_weight, self.rows_per_call, self.chunks = shipped, row_weight, rows_per_call, chunks
+        self.threads = threads or distributed.get_worker().state.nthreads
+
+    def part(self, params):
+        return group_part(self.shipped, params, self.row_weight, self.rows_per_call, self.chunks, self.threads)
 
 
 def add_parts(*parts):

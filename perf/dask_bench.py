@@ -12,12 +12,20 @@ cluster's data are made on the workers and held there (mj.dask spreads the chunk
 reads the same chunks); the one-process data are made in this process. The cases take turns, ``--repeat`` rounds, and the medians are reported (the machine may
 be shared: say how loaded it was when you quote them).
 
+Two more measurements explain the figures: where a call's fixed cost goes (``--round-trips``:
+Dask's round trips on a tiny data set, wall and client CPU time per call) and the memory
+bandwidth's ceiling (``--ceiling``: the one-process step on half the rows, alone and in two
+processes at once; if two at once take as long as one on all the rows, two workers cannot be
+faster than one process on this machine).
+
 Run: python -m perf.dask_bench [--rows 10000000] [--features 16] [--workers 2] [--chunk 1000000]
                                [--repeat 7] [--break-even 1000,10000,100000,1000000]
+                               [--round-trips] [--ceiling]
 """
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import statistics
 import time
@@ -74,16 +82,21 @@ def dask_glm_evaluation(client, x, y):
     return evaluate
 
 
-def medians(cases: dict, repeat: int) -> dict:
-    """Each case called once per round, ``repeat`` rounds after a warm-up; median seconds."""
+def medians(cases: dict, repeat: int, cpu: dict | None = None) -> dict:
+    """Each case called once per round, ``repeat`` rounds after a warm-up; median seconds (and,
+    into ``cpu``, each case's mean CPU seconds of this process, all its threads)."""
     times = {name: [] for name in cases}
+    cpu_times = dict.fromkeys(cases, 0.0)
     for fn in cases.values():
         fn()
     for _ in range(repeat):
         for name, fn in cases.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - start)
+            cpu_times[name] += (time.process_time() - start_cpu) / repeat
+    if cpu is not None:
+        cpu.update(cpu_times)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -121,6 +134,63 @@ def break_even(client, sizes, features, repeat, workers):
     return table
 
 
+def round_trips(client, features, repeat, chunks=10, chunk=1000):
+    """Per call on ``chunks`` tiny chunks (compute negligible), wall and client CPU seconds: Dask
+    round trips alone (one task; the graph of per-chunk tasks plus a tree reduction that mj.dask
+    sent before its actors), then mj.dask's call (one actor request per worker) and its fallback
+    (one task per worker and one adding task)."""
+    from morphjit.dask import identity, tree_sum
+    beta = np.full(features, 0.1)
+    loss = mj.dask.dataset_loss(logistic_nll, *cluster_data(chunks * chunk, features, chunk), reduction="sum")
+    cases = {
+        "one no-op task": lambda: client.submit(identity, beta, pure=False).result(),
+        f"{chunks} no-op tasks + tree of adds": lambda: tree_sum(
+            client, [client.submit(identity, (0.0, [beta]), pure=False) for _ in range(chunks)], 8).result(),
+        "mj.dask call (actors)": lambda: loss(beta),
+        "mj.dask fallback (tasks)": lambda: loss.submit(beta).result(),
+    }
+    cpu: dict = {}
+    wall = medians(cases, repeat * 3, cpu)
+    return {name: (wall[name], cpu[name]) for name in cases}
+
+
+def one_process_alone(rows, features, repeat, barrier, results):
+    """In a process of its own: the step on ``rows`` rows (in ``ROWS_PER_CALL``-row calls),
+    timed after every process of the run has its data and its compiled step; median wall and
+    mean CPU seconds (a process that waits for memory spends CPU time; one that waits for a
+    core, as on a loaded machine, does not)."""
+    beta = np.full(features, 0.1)
+    x, y = local_data(rows, features)
+    loss = mj.compile_loss(logistic_nll)
+    in_pieces(loss, beta, x, y)
+    barrier.wait()
+    cpu: dict = {}
+    wall = medians({"pieces": lambda: in_pieces(loss, beta, x, y)}, repeat, cpu)
+    results.put((wall["pieces"], cpu["pieces"]))
+
+
+def concurrent(processes, rows, features, repeat) -> list[tuple[float, float]]:
+    """Wall and CPU seconds per step of each of ``processes`` processes running at once."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(processes), context.Queue()
+    started = [context.Process(target=one_process_alone, args=(rows, features, repeat, barrier, results))
+               for _ in range(processes)]
+    for process in started:
+        process.start()
+    seconds = [results.get() for _ in started]
+    for process in started:
+        process.join()
+    return seconds
+
+
+def ceiling(rows, features, repeat) -> dict:
+    """The memory bandwidth's ceiling for two workers: half the rows in one process, alone and
+    in two processes at once, and all the rows in one process."""
+    return {"half alone": concurrent(1, rows // 2, features, repeat),
+            "half, two at once": concurrent(2, rows // 2, features, repeat),
+            "all alone": concurrent(1, rows, features, repeat)}
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
@@ -129,6 +199,8 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--break-even", default="1000,10000,100000,1000000")
+    parser.add_argument("--round-trips", action="store_true", help="time Dask's round trips on tiny data")
+    parser.add_argument("--ceiling", action="store_true", help="time the one-process step in two processes at once")
     args = parser.parse_args(argv)
     from distributed import Client, LocalCluster
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None,
@@ -148,6 +220,17 @@ def main(argv=None):
             for rows, t_local, t_pieces, t_dask in break_even(client, sizes, args.features, args.repeat, args.workers):
                 print(f"| {rows:,} | {t_local * 1e3:.2f} | {t_pieces * 1e3:.2f} | {t_dask * 1e3:.2f} | "
                       f"{t_local / t_dask:.2f}x ({t_pieces / t_dask:.2f}x) |")
+        if args.round_trips:
+            print(f"\nround trips: ms per call on 10 chunks of 1,000 rows, median of {args.repeat * 3}:")
+            for name, (wall, cpu) in round_trips(client, args.features, args.repeat).items():
+                print(f"  {name:32s} {wall * 1e3:7.2f} ms   client CPU {cpu * 1e3:6.2f} ms")
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    if args.ceiling:
+        print(f"\nmemory ceiling: one-process step ({ROWS_PER_CALL}-row calls), ms per step, "
+              f"median of {args.repeat} (CPU ms):")
+        for name, seconds in ceiling(args.rows, args.features, args.repeat).items():
+            print(f"  {args.rows // (1 if name == 'all alone' else 2):,} rows, {name:18s} "
+                  + "  ".join(f"{wall * 1e3:7.1f} ({cpu * 1e3:.1f})" for wall, cpu in seconds))
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
     return result
 

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -74,7 +75,7 @@ def test_import_morphjit_does_not_import_dask():
 def test_uneven_chunks_give_the_single_process_result(client, fn, reduction, rows_per_call):
     params, x, y = problem()
     loss = mjd.dataset_loss(fn, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250),
-                            reduction=reduction, split_every=3, rows_per_call=rows_per_call)
+                            reduction=reduction, rows_per_call=rows_per_call)
     value, grads = loss(params)
     expected_value, expected_grads = mj.compile_loss(fn)(params, x, y)
     assert value == pytest.approx(expected_value, rel=1e-12, abs=1e-12)
@@ -106,6 +107,16 @@ def test_each_worker_compiles_at_most_once(client):
     assert calls() - before == 3 * len(UNEVEN)
     infos = [info for info in loss.worker_cache_info().values() if info is not None]
     assert infos and all(info.misses == 1 and len(info.signatures) == 1 for info in infos)
+
+
+def test_an_actor_spreads_its_chunks_over_the_worker_threads_with_the_same_sum():
+    params, x, y = problem()
+    chunks = [[x[a:b], y[a:b]] for a, b in zip(np.cumsum((0,) + UNEVEN), np.cumsum(UNEVEN))]
+    shipped = mjw.Shipped.of(logistic)
+    one_thread = mjw.group_part(shipped, params, 1 / len(x), 64, chunks)
+    for threads in (2, 3):
+        value, grads = mjw.ResidentChunks(shipped, 1 / len(x), 64, chunks, threads=threads).part(params)
+        assert value == one_thread[0] and all(np.array_equal(g, h) for g, h in zip(grads, one_thread[1]))
 
 
 def worker_backends(token):
@@ -152,25 +163,26 @@ def test_flat_params_round_trip_keeps_shapes_and_dtypes():
         flat.tree(np.zeros(6))
 
 
-def slow_copy(block):
-    time.sleep(0.25)
-    return block.copy()
-
-
-def test_a_worker_killed_mid_computation_changes_nothing(two_workers):
-    client = two_workers
-    params, x, y = problem(seed=1)
-    chunks = (200, 200, 200, 200, 203)
-    slow_x = da.from_array(x, chunks=(chunks, 5)).map_blocks(slow_copy)      # about 0.6 s of chunks
-    loss = mjd.dataset_loss(logistic, slow_x, da.from_array(y, chunks=(chunks,)))
-    future = loss.submit(params)
-    time.sleep(0.4)                                           # the chunks are being made
+def kill_a_worker(client, after=0.0):
+    """SIGKILL one worker process, ``after`` seconds from now (its nanny starts a new one)."""
     pid = next(iter(client.run(os.getpid).values()))
-    os.kill(pid, signal.SIGKILL)
-    value, leaves = future.result(timeout=120)
+    threading.Timer(after, os.kill, (pid, signal.SIGKILL)).start()
+
+
+def test_a_worker_killed_mid_call_changes_nothing(two_workers):
+    client = two_workers
+    params, x, y = problem(rows=12_000, seed=1)
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(1200, 5)), da.from_array(y, chunks=1200),
+                            rows_per_call=1)                  # about 0.2 s a call: killed during it
     expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+    first = loss(params)
+    assert loss.fallbacks == 0 and len(loss.residents()) == 2     # one actor per worker did the call
+    kill_a_worker(client, after=0.05)
+    for value, grads in (loss(params), loss(params)):         # the actor fails: tasks redo the call
+        assert value == first[0] and all(np.array_equal(grads[k], first[1][k]) for k in grads)
+    assert loss.fallbacks == 1                                # then new actors serve the calls
     assert value == pytest.approx(expected_value, rel=1e-12)
-    assert_same({"b": leaves[0], "w": leaves[1]}, expected_grads)
+    assert_same(grads, expected_grads)
 
 
 def test_a_restarted_worker_loads_the_step_from_its_disk_cache(two_workers):
@@ -181,7 +193,9 @@ def test_a_restarted_worker_loads_the_step_from_its_disk_cache(two_workers):
     restarted = sorted(client.scheduler_info()["workers"])[0]
     client.restart_workers([restarted])
     client.wait_for_workers(2, timeout=60)
-    value, grads = loss(params)
+    for _ in range(2):                                        # by tasks, then by new actors
+        value, grads = loss(params)
+    assert loss.fallbacks == 1
     expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
     assert value == pytest.approx(expected_value, rel=1e-12)
     assert_same(grads, expected_grads)
@@ -225,6 +239,16 @@ def test_version_mismatch_is_refused_with_the_versions(client):
     shipped = dataclasses.replace(mjw.Shipped.of(logistic), versions=expected, token="mismatched")
     with pytest.raises(mjd.VersionMismatch, match="install the client's versions"):
         client.submit(mjw.compiled_loss, shipped).result()
+
+
+def test_a_worker_with_other_versions_refuses_the_call(client, monkeypatch):
+    params, x, y = problem()
+    shipped = dataclasses.replace(mjw.Shipped.of(logistic), versions=dict(mjw.versions(), numpy="0.0.1"),
+                                  token="mismatched-call")
+    monkeypatch.setattr(mjd.Shipped, "of", classmethod(lambda cls, loss: shipped))
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=500), da.from_array(y, chunks=500))
+    with pytest.raises(mjd.VersionMismatch, match="install the client's versions"):
+        loss(params)
 
 
 def test_bad_data_and_options_are_refused(client):
