@@ -25,6 +25,7 @@ from numba import types
 from numba.core import config
 from numba.extending import intrinsic
 
+from . import vecforms
 from .config import vecmath_enabled
 
 # The op name, its C library name and its arity. float32 forms append "f" to the C name.
@@ -104,7 +105,30 @@ def _detect() -> dict[str, list[Variant]]:
     return table
 
 
+def _compile_own_forms(forms) -> dict:
+    """Compile `forms` (vecforms') into the process and make their symbols resolvable by the
+    steps' machine code; `forms` again, or {} where the CPU has no fused multiply-add (the forms
+    rely on it) or LLVM refuses them."""
+    if not forms or "fma" not in target_features():
+        return {}
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
+    texts = {f.text for scalar, vectors in forms.values() for f in (scalar, *vectors)}
+    library = cpu_target.target_context.codegen().create_library("morphjit_vecforms")
+    with global_compiler_lock:
+        library.add_llvm_module(llvm.parse_assembly("\n".join(sorted(texts))))
+        library.finalize()
+    for scalar, vectors in forms.values():
+        for form in (scalar, *vectors):
+            llvm.add_symbol(form.name, library.get_pointer_to_function(form.name))
+    _keep.append(library)
+    return forms
+
+
+_keep: list = []   # the compiled forms' library: its machine code must outlive every step
 VARIANTS: dict[str, list[Variant]] = _detect()
+# Per C name ("sincosf"): our own forms (vecforms), with their scalar form.
+OWN_FORMS: dict = _compile_own_forms(vecforms.sincos_forms(VARIANTS))
 # Switched off by the tests and perf.vecmath_figures to render the scalar fallback in this process.
 ENABLED = bool(VARIANTS)
 
@@ -127,7 +151,8 @@ def cache_key() -> str:
     if not VARIANTS:
         return "vecmath=scalar"
     forms = sorted(v.name for found in VARIANTS.values() for v in found)
-    return "vecmath=libmvec:" + ",".join(forms)
+    own = sorted(v.name for _, vectors in OWN_FORMS.values() for v in vectors)
+    return "vecmath=libmvec:" + ",".join(forms) + f";own:{','.join(own)}:{vecforms.digest(OWN_FORMS)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,11 +238,47 @@ def _binary(cname: str):
     return intrinsic(typer)
 
 
+def _sincos_with_vector_forms(module: ir.Module, cname: str, element: ir.Type) -> ir.Function:
+    """Our ``sincos`` (C name `cname`, e.g. "sincosf") returning the pair, declared pure and
+    mapped to its vector forms."""
+    scalar, vectors = OWN_FORMS[cname]
+    function = _declare(module, scalar.name, ir.FunctionType(ir.LiteralStructType([element, element]), [element]))
+    for v in vectors:
+        vector = ir.VectorType(element, v.lanes)
+        _declare(module, v.name, ir.FunctionType(ir.LiteralStructType([vector, vector]), [vector]),
+                 keep_alive=True)
+    mappings = ",".join(f"_ZGV_LLVM_N{v.lanes}v_{scalar.name}({v.name})" for v in vectors)
+    for attribute in ("nounwind", "readnone", "noduplicate"):
+        function.attributes.add(attribute)
+    set.add(function.attributes, f'"vector-function-abi-variant"="{mappings}"')
+    return function
+
+
+def _trigonometric(cname: str, which: int):
+    """``sin`` (which=0) or ``cos`` (1): a half of our ``sincos`` where we have its forms, so that
+    LLVM merges a loop's sin(x) and cos(x) into one call; else libmvec's own function."""
+    libmvec_codegen = _codegen(cname, 1)
+
+    def codegen(context, builder, sig, llargs):
+        suffix = "f" if sig.return_type == types.float32 else ""
+        if "sincos" + suffix not in OWN_FORMS:
+            return libmvec_codegen(context, builder, sig, llargs)
+        element = context.get_value_type(sig.return_type)
+        function = _sincos_with_vector_forms(builder.module, "sincos" + suffix, element)
+        pair = builder.call(function, [context.cast(builder, llargs[0], sig.args[0], sig.return_type)])
+        return builder.extract_value(pair, which)
+
+    def typer(typingctx, x):
+        return _signature(x), codegen
+    typer.__name__ = typer.__qualname__ = cname
+    return intrinsic(typer)
+
+
 exp = _unary("exp")
 log = _unary("log")
 log1p = _unary("log1p")
-sin = _unary("sin")
-cos = _unary("cos")
+sin = _trigonometric("sin", 0)
+cos = _trigonometric("cos", 1)
 tanh = _unary("tanh")
 pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 
@@ -227,20 +288,26 @@ pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 
 
 _C_NAMES = "|".join(cname for cname, _ in FUNCTIONS.values())
-_CALLEE = re.compile(rf"\$(_ZGV[bcde]N\d+v+_(\w+?)|(?:{_C_NAMES})f?)\b")
+# libmvec's vector forms, our sincos's vector and scalar forms, the C library's functions.
+_CALLEE = re.compile(rf"\$(?:_ZGV[bcde]N\d+v+_(\w+?)|morphjit_(sincosf?)_[bcde]\d+|morphjit_(sincosf?)"
+                     rf"|((?:{_C_NAMES})f?))\b")
 
 
 def math_calls(asm: str) -> tuple[set[str], set[str]]:
-    """The C math functions machine code `asm` calls in vector form and in scalar form.
+    """The C math functions machine code `asm` calls in vector form and in scalar form (our
+    ``sincos`` counts as ``sin`` and ``cos``).
 
     numba calls through a register loaded with the callee's address (``movabsq $expf, %rax``)."""
     vector, scalar = set(), set()
-    for symbol, vectorised in _CALLEE.findall(asm):
-        if vectorised:
-            vector.add(vectorised)
-        else:
-            scalar.add(symbol)
+    for libmvec, own_vector, own_scalar, c_scalar in _CALLEE.findall(asm):
+        vector.update(_halves(own_vector) if own_vector else [libmvec] if libmvec else [])
+        scalar.update(_halves(own_scalar) if own_scalar else [c_scalar] if c_scalar else [])
     return vector, scalar
+
+
+def _halves(sincos: str) -> list[str]:
+    """"sincosf" -> ["sinf", "cosf"]."""
+    return [sincos.replace("sincos", "sin"), sincos.replace("sincos", "cos")]
 
 
 def describe(dispatchers) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import codegen, vecmath
+from morphjit import codegen, vecforms, vecmath
 
 ULP_BAR = 4.0
 UNARY = ["exp", "log", "log1p", "sin", "cos", "tanh"]
@@ -134,6 +134,59 @@ def test_pow_vectorises_within_the_ulp_bar(dtype):
     got, asm = run("pow", x, y)
     assert "pow" + ("f" if dtype == np.float32 else "") in vecmath.math_calls(asm)[0]
     check_accuracy("pow", got, [x, y])
+
+
+def near_multiples_of_half_pi(dtype, bound: float) -> np.ndarray:
+    """The numbers of `dtype` nearest k pi/2 up to `bound` and their neighbours: where the
+    argument reduction cancels most."""
+    nearest = (np.arange(1, int(bound / (np.pi / 2)), 97) * (np.longdouble(np.pi) / 2)).astype(dtype)
+    steps = [nearest]
+    for direction in (np.inf, -np.inf):
+        x = nearest
+        for _ in range(2):
+            x = np.nextafter(x, dtype(direction))
+            steps.append(x)
+    return np.concatenate(steps)
+
+
+@pytest.mark.skipif(not vecmath.OWN_FORMS, reason="our sincos forms are not in use on this machine")
+@pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
+def test_sin_and_cos_within_the_ulp_bar_where_our_forms_reduce_the_argument(dtype):
+    # Vectors with a lane beyond the bound take libmvec's forms (the random bit patterns of the
+    # test above mostly do); here every lane is within it. An odd length runs the scalar form too.
+    bound = vecforms._TYPES["float" if dtype == np.float32 else "double"]["bound"]
+    rng = np.random.default_rng(5)
+    magnitudes = np.exp(rng.uniform(np.log(1e-40), np.log(bound), 1 << 16)) * rng.choice([-1, 1], 1 << 16)
+    x = np.concatenate([rng.uniform(-bound, bound, 1 << 16), magnitudes, near_multiples_of_half_pi(dtype, bound),
+                        [0.0, -0.0, bound, -bound]]).astype(dtype)
+    x = x[np.abs(x) <= bound][: (x.size // 64) * 64 - 3]
+    for name in ("sin", "cos"):
+        got, asm = run(name, x)
+        assert {name + ("f" if dtype == np.float32 else "")} <= vecmath.math_calls(asm)[0]
+        check_accuracy(name, got, [x])
+
+
+@needs_libmvec
+@pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
+def test_sin_and_cos_of_one_argument_are_one_call(dtype):
+    @numba.njit(fastmath=codegen.FASTMATH)
+    def both(x, out):
+        for i in range(out.size):
+            out[i] = vecmath.sin(x[i]) * vecmath.cos(x[i])
+
+    @numba.njit(fastmath=codegen.FASTMATH)
+    def one(x, out):
+        for i in range(out.size):
+            out[i] = vecmath.sin(x[i])
+
+    x = np.linspace(-3, 3, 1000, dtype=dtype)
+    calls = []
+    for loop in (both, one):
+        out = np.empty_like(x)
+        loop(x, out)
+        calls.append(len(re.findall(r"\bcall\b.*@(?:_ZGV|morphjit_sincos)", loop.inspect_llvm(loop.signatures[0]))))
+    np.testing.assert_allclose(out, np.sin(x), rtol=4 * np.finfo(dtype).eps)
+    assert calls[0] == calls[1] or not vecmath.OWN_FORMS
 
 
 def test_isas_follow_the_cpu_features():

@@ -1,0 +1,200 @@
+"""Vector forms of our own, in LLVM IR, where libmvec's are slower than they need to be.
+
+``sin`` and ``cos`` of one argument (the curve fit's forward and backward, a rotation) are two
+libmvec calls, each reducing the argument by pi/2 and evaluating its polynomial; libmvec's
+``sincos`` does both at once but its vector form returns through vectors of pointers and ran 2x
+slower than ``sin`` and ``cos`` apart. ``morphjit_sincos[f]`` returns both as a pair: the loop
+vectoriser maps the scalar function to the vector forms here, and LLVM merges a loop's ``sin(x)``
+and ``cos(x)`` into one call.
+
+Each vector form checks its lanes first: if any argument is beyond the range where the reduction
+below is exact (or is inf or NaN), the whole vector takes libmvec's ``sin`` and ``cos``, whose
+results are then the answer, so the polynomial needs no special cases and ordinary data never
+pays for the rare path. In range, the argument is reduced by a three-part pi/2 with fused
+multiply-adds (the first step is exact, the other two round once each), the quadrant's
+polynomials are evaluated on ``r`` and swapped and negated by the quadrant. The IR carries no
+fast-math flags, so LLVM keeps it as written; the tests check every form to the ulp bar.
+"""
+from __future__ import annotations
+
+import decimal
+import hashlib
+import math
+import struct
+
+import numpy as np
+
+
+class Form:
+    """One vector form: its IR function name, the element type, the lanes and its IR text."""
+
+    def __init__(self, name: str, element: str, lanes: int, text: str):
+        self.name, self.element, self.lanes, self.text = name, element, lanes, text
+
+
+# pi/2 to 110 digits: the reduction's three parts are cut from it.
+_HALF_PI = decimal.Decimal("1.5707963267948966192313216916397514420985846996875529104874722961539082031431044993140"
+                           "174126710585339910740432566411533235")
+
+
+def _three_parts(dtype) -> list[float]:
+    """pi/2 as three numbers of `dtype`, each the rounding of what the previous ones leave."""
+    parts, rest = [], _HALF_PI
+    with decimal.localcontext(decimal.Context(prec=120)):
+        for _ in range(3):
+            part = float(dtype(float(rest)))
+            parts.append(part)
+            rest -= decimal.Decimal(part)
+    return parts
+
+
+# Per IR element type: its NumPy dtype, the integer of its width, the largest argument reduced
+# here, and the polynomials' coefficients from the highest power of z = r^2 down.
+# float32: Taylor coefficients suffice (truncation under 2^-28 on |r| <= pi/4).
+# float64: fdlibm's __kernel_sin / __kernel_cos minimax coefficients.
+_TYPES = {
+    "float": dict(
+        dtype=np.float32, int="i32", bound=2.0 ** 16,
+        sin=[1 / 362880, -1 / 5040, 1 / 120, -1 / 6],
+        cos=[-1 / 3628800, 1 / 40320, -1 / 720, 1 / 24, -1 / 2]),
+    "double": dict(
+        dtype=np.float64, int="i64", bound=2.0 ** 20,
+        sin=[1.58969099521155010221e-10, -2.50507602534068634195e-08, 2.75573137070700676789e-06,
+             -1.98412698298579493134e-04, 8.33333333332248946124e-03, -1.66666666666666324348e-01],
+        cos=[-1.13596475577881948265e-11, 2.08757232129817482790e-09, -2.75573143513906633035e-07,
+             2.48015872894767294178e-05, -1.38888888888741095749e-03, 4.16666666666666019037e-02, -0.5]),
+}
+
+
+def _constant(value: float, element: str, lanes: int) -> str:
+    """A splat vector constant; IR writes floats as the hex of their double value."""
+    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+    return "<" + ", ".join([f"{element} 0x{bits:016X}"] * lanes) + ">"
+
+
+class _Body:
+    """IR instructions for one function, numbered temporaries."""
+
+    def __init__(self, element: str, lanes: int):
+        self.element, self.lanes, self.lines, self.count = element, lanes, [], 0
+        self.vector = f"<{lanes} x {element}>"
+        self.suffix = f"v{lanes}f{32 if element == 'float' else 64}"
+
+    def emit(self, text: str) -> str:
+        self.count += 1
+        name = f"%t{self.count}"
+        self.lines.append(f"  {name} = {text}")
+        return name
+
+    def const(self, value: float) -> str:
+        return _constant(float(_TYPES[self.element]["dtype"](value)), self.element, self.lanes)
+
+    def fma(self, a: str, b: str, c: str) -> str:
+        v = self.vector
+        return self.emit(f"call {v} @llvm.fma.{self.suffix}({v} {a}, {v} {b}, {v} {c})")
+
+    def horner(self, z: str, coefficients: list[float]) -> str:
+        p = self.const(coefficients[0])
+        for c in coefficients[1:]:
+            p = self.fma(p, z, self.const(c))
+        return p
+
+
+def _sincos_text(name: str, element: str, lanes: int, vector_sin: str, vector_cos: str) -> str:
+    t = _TYPES[element]
+    b = _Body(element, lanes)
+    v, iv, mask = b.vector, f"<{lanes} x {t['int']}>", f"<{lanes} x i1>"
+    bits = 32 if element == "float" else 64
+    # Out of range (or NaN): the whole vector goes to libmvec.
+    ax = b.emit(f"call {v} @llvm.fabs.{b.suffix}({v} %x)")
+    far = b.emit(f"fcmp ugt {v} {ax}, {b.const(t['bound'])}")
+    any_far = b.emit(f"bitcast {mask} {far} to i{lanes}")
+    b.lines.append(f"  %far = icmp ne i{lanes} {any_far}, 0")
+    b.lines.append("  br i1 %far, label %libmvec, label %reduce")
+    b.lines.append("reduce:")
+    k = b.emit(f"call {v} @llvm.rint.{b.suffix}({v} " + b.emit(f"fmul {v} %x, {b.const(2 / math.pi)}") + ")")
+    minus_k = b.emit(f"fneg {v} {k}")
+    r = "%x"
+    for part in _three_parts(t["dtype"]):
+        r = b.fma(minus_k, b.const(part), r)
+    z = b.emit(f"fmul {v} {r}, {r}")
+    sin = b.fma(b.emit(f"fmul {v} {r}, {z}"), b.horner(z, t["sin"]), r)      # r + r z S(z)
+    # sin(-0) is -0: the reduction and the sum above give +0.
+    sin = b.emit(f"select {mask} " + b.emit(f"fcmp oeq {v} %x, zeroinitializer") + f", {v} %x, {v} {sin}")
+    if element == "float":
+        cos = b.fma(z, b.horner(z, t["cos"]), b.const(1.0))                   # 1 + z C(z)
+    else:   # fdlibm: 1 - z/2 + z^2 C(z), with the rounding of 1 - z/2 carried separately
+        half_z = b.emit(f"fmul {v} {z}, {b.const(0.5)}")
+        w = b.emit(f"fsub {v} {b.const(1.0)}, {half_z}")
+        lost = b.emit(f"fsub {v} " + b.emit(f"fsub {v} {b.const(1.0)}, {w}") + f", {half_z}")
+        tail = b.fma(b.emit(f"fmul {v} {z}, {z}"), b.horner(z, t["cos"][:-1]), lost)
+        cos = b.emit(f"fadd {v} {w}, {tail}")
+    # Quadrant q = k mod 4: sin, cos = (s, c), (c, -s), (-s, -c), (-c, s).
+    q = b.emit(f"fptosi {v} {k} to {iv}")
+    odd = b.emit(f"icmp ne {iv} " + b.emit(f"and {iv} {q}, {_int_splat(t['int'], 1, lanes)}") +
+                 ", zeroinitializer")
+    results = []
+    for first, second, shift in ((sin, cos, q), (cos, sin, None)):
+        if shift is None:
+            shift = b.emit(f"add {iv} {q}, {_int_splat(t['int'], 1, lanes)}")
+        picked = b.emit(f"select {mask} {odd}, {v} {second}, {v} {first}")
+        sign = b.emit(f"shl {iv} " + b.emit(f"and {iv} {shift}, {_int_splat(t['int'], 2, lanes)}") +
+                      f", {_int_splat(t['int'], bits - 2, lanes)}")
+        flipped = b.emit(f"xor {iv} " + b.emit(f"bitcast {v} {picked} to {iv}") + f", {sign}")
+        results.append(b.emit(f"bitcast {iv} {flipped} to {v}"))
+    pair = f"{{{v}, {v}}}"
+    one = b.emit(f"insertvalue {pair} undef, {v} {results[0]}, 0")
+    b.lines.append(f"  ret {pair} " + b.emit(f"insertvalue {pair} {one}, {v} {results[1]}, 1"))
+    b.lines.append("libmvec:")
+    s = b.emit(f"call {v} @{vector_sin}({v} %x)")
+    c = b.emit(f"call {v} @{vector_cos}({v} %x)")
+    one = b.emit(f"insertvalue {pair} undef, {v} {s}, 0")
+    b.lines.append(f"  ret {pair} " + b.emit(f"insertvalue {pair} {one}, {v} {c}, 1"))
+    declarations = [f"declare {v} @{vector_sin}({v})", f"declare {v} @{vector_cos}({v})",
+                    f"declare {v} @llvm.fma.{b.suffix}({v}, {v}, {v})",
+                    f"declare {v} @llvm.fabs.{b.suffix}({v})", f"declare {v} @llvm.rint.{b.suffix}({v})"]
+    body = "\n".join(b.lines)
+    return "\n".join(declarations) + f"\ndefine {pair} @{name}({v} %x) nounwind {{\n{body}\n}}\n"
+
+
+def _int_splat(int_type: str, value: int, lanes: int) -> str:
+    return "<" + ", ".join([f"{int_type} {value}"] * lanes) + ">"
+
+
+def _scalar_sincos_text(name: str, element: str, cname: str) -> str:
+    """The scalar form (loops that do not vectorise, and the vector loops' remainders): C's sincos."""
+    pair = f"{{{element}, {element}}}"
+    return (f"declare void @{cname}({element}, ptr, ptr)\n"
+            f"define {pair} @{name}({element} %x) nounwind {{\n"
+            f"  %s = alloca {element}\n  %c = alloca {element}\n"
+            f"  call void @{cname}({element} %x, ptr %s, ptr %c)\n"
+            f"  %sv = load {element}, ptr %s\n  %cv = load {element}, ptr %c\n"
+            f"  %p = insertvalue {pair} undef, {element} %sv, 0\n"
+            f"  %q = insertvalue {pair} %p, {element} %cv, 1\n  ret {pair} %q\n}}\n")
+
+
+def sincos_forms(libmvec_variants: dict) -> dict[str, tuple[Form, list[Form]]]:
+    """Per C name ("sincos", "sincosf"): the scalar form and the vector forms, one per libmvec
+    ISA that has both ``sin`` and ``cos`` at that width (``libmvec_variants`` as vecmath's)."""
+    forms = {}
+    for element, suffix in (("double", ""), ("float", "f")):
+        name = f"morphjit_sincos{suffix}"
+        sins = {v.lanes: v.name for v in libmvec_variants.get("sin" + suffix, ())}
+        coss = {v.lanes: v.name for v in libmvec_variants.get("cos" + suffix, ())}
+        vectors = []
+        for lanes, vector_sin in sins.items():
+            if lanes in coss:
+                isa = vector_sin[4]
+                form_name = f"{name}_{isa}{lanes}"
+                vectors.append(Form(form_name, element, lanes,
+                                    _sincos_text(form_name, element, lanes, vector_sin, coss[lanes])))
+        if vectors:
+            scalar = Form(name, element, 1, _scalar_sincos_text(name, element, "sincos" + suffix))
+            forms["sincos" + suffix] = (scalar, vectors)
+    return forms
+
+
+def digest(forms) -> str:
+    """A digest of the forms' IR (part of the disk cache key, with their names)."""
+    text = "".join(f.text for scalar, vectors in forms.values() for f in (scalar, *vectors))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
