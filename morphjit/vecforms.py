@@ -194,7 +194,81 @@ def sincos_forms(libmvec_variants: dict) -> dict[str, tuple[Form, list[Form]]]:
     return forms
 
 
+def _powf_text(name: str, lanes: int, vector_pow: str) -> str:
+    """float32 pow(x, y) = exp(y log x) in float64 (x > 0 finite, y finite; else libmvec's).
+
+    log x = k ln 2 + 2 atanh(s), s = (m - 1) / (m + 1) for x = 2^k m, m in [sqrt(1/2), sqrt(2)):
+    the series to s^13 is within 2^-39 (|s| <= 0.172). t = y log x, clamped to +-200 (beyond,
+    float32 overflows or underflows anyway); exp t = 2^n exp(r), |r| <= ln(2)/2, by Taylor to r^8
+    (within 2^-32). Float64 carries the error of t far below a float32 ulp."""
+    b = _Body("double", lanes)
+    v, fv, iv, mask = b.vector, f"<{lanes} x float>", f"<{lanes} x i64>", f"<{lanes} x i1>"
+    f32 = f"v{lanes}f32"
+
+    def single(value):
+        return _constant(value, "float", lanes)
+
+    def ints(value):
+        return _int_splat("i64", value, lanes)
+
+    # Every lane ordinary (0 < x < inf, |y| < inf; false for NaN), or the whole vector to libmvec.
+    ordinary = b.emit(f"and {mask} " + b.emit(f"fcmp ogt {fv} %x, zeroinitializer") + ", " +
+                      b.emit(f"fcmp olt {fv} %x, {single(math.inf)}"))
+    y_finite = b.emit(f"fcmp olt {fv} " + b.emit(f"call {fv} @llvm.fabs.{f32}({fv} %y)") + f", {single(math.inf)}")
+    ordinary = b.emit(f"and {mask} {ordinary}, {y_finite}")
+    b.lines.append(f"  %all = icmp eq i{lanes} " + b.emit(f"bitcast {mask} {ordinary} to i{lanes}") + ", -1")
+    b.lines.append("  br i1 %all, label %fast, label %libmvec")
+    b.lines.append("fast:")
+    x = b.emit(f"fpext {fv} %x to {v}")
+    bits = b.emit(f"bitcast {v} {x} to {iv}")
+    half_root_bits = struct.unpack("<q", struct.pack("<d", math.sqrt(0.5)))[0]
+    k = b.emit(f"ashr {iv} " + b.emit(f"sub {iv} {bits}, {ints(half_root_bits)}") + f", {ints(52)}")
+    m = b.emit(f"bitcast {iv} " + b.emit(f"sub {iv} {bits}, " + b.emit(f"shl {iv} {k}, {ints(52)}")) + f" to {v}")
+    s = b.emit(f"fdiv {v} " + b.emit(f"fsub {v} {m}, {b.const(1.0)}") + ", " +
+               b.emit(f"fadd {v} {m}, {b.const(1.0)}"))
+    series = b.horner(b.emit(f"fmul {v} {s}, {s}"), [1 / 13, 1 / 11, 1 / 9, 1 / 7, 1 / 5, 1 / 3, 1.0])
+    log_m = b.emit(f"fmul {v} " + b.emit(f"fmul {v} {s}, {b.const(2.0)}") + f", {series}")
+    log_x = b.fma(b.emit(f"sitofp {iv} {k} to {v}"), b.const(math.log(2)), log_m)
+    t = b.emit(f"fmul {v} " + b.emit(f"fpext {fv} %y to {v}") + f", {log_x}")
+    t = b.emit(f"call {v} @llvm.maxnum.{b.suffix}({v} {t}, {v} {b.const(-200.0)})")
+    t = b.emit(f"call {v} @llvm.minnum.{b.suffix}({v} {t}, {v} {b.const(200.0)})")
+    n = b.emit(f"call {v} @llvm.rint.{b.suffix}({v} " + b.emit(f"fmul {v} {t}, {b.const(1 / math.log(2))}") + ")")
+    minus_n = b.emit(f"fneg {v} {n}")
+    ln2_high = float(np.float32(math.log(2)))
+    r = b.fma(minus_n, b.const(ln2_high), t)
+    r = b.fma(minus_n, b.const(float(decimal.Decimal(2).ln(decimal.Context(prec=40)) - decimal.Decimal(ln2_high))), r)
+    exp_r = b.horner(r, [1 / math.factorial(i) for i in range(8, -1, -1)])
+    scale = b.emit(f"shl {iv} " + b.emit(f"add {iv} " + b.emit(f"fptosi {v} {n} to {iv}") + f", {ints(1023)}") +
+                   f", {ints(52)}")
+    result = b.emit(f"fmul {v} {exp_r}, " + b.emit(f"bitcast {iv} {scale} to {v}"))
+    b.lines.append(f"  ret {fv} " + b.emit(f"fptrunc {v} {result} to {fv}"))
+    b.lines.append("libmvec:")
+    b.lines.append(f"  ret {fv} " + b.emit(f"call {fv} @{vector_pow}({fv} %x, {fv} %y)"))
+    declarations = [f"declare {fv} @{vector_pow}({fv}, {fv})", f"declare {fv} @llvm.fabs.{f32}({fv})",
+                    f"declare {v} @llvm.fma.{b.suffix}({v}, {v}, {v})", f"declare {v} @llvm.rint.{b.suffix}({v})",
+                    f"declare {v} @llvm.maxnum.{b.suffix}({v}, {v})", f"declare {v} @llvm.minnum.{b.suffix}({v}, {v})"]
+    body = "\n".join(b.lines)
+    return "\n".join(declarations) + f"\ndefine {fv} @{name}({fv} %x, {fv} %y) nounwind {{\n{body}\n}}\n"
+
+
+def powf_forms(libmvec_variants: dict) -> dict[str, tuple[None, list[Form]]]:
+    """{"powf": (None, vector forms)}, one per ISA libmvec has ``powf`` for; the scalar form stays
+    the C library's ``powf``."""
+    vectors = [Form(f"morphjit_powf_{v.name[4]}{v.lanes}", "float", v.lanes,
+                    _powf_text(f"morphjit_powf_{v.name[4]}{v.lanes}", v.lanes, v.name))
+               for v in libmvec_variants.get("powf", ())]
+    return {"powf": (None, vectors)} if vectors else {}
+
+
+def module_text(forms) -> str:
+    """The IR of `forms` as one module: each declaration once, then the definitions."""
+    lines = [line for scalar, vectors in forms.values()
+             for f in (*vectors, *([scalar] if scalar else [])) for line in f.text.splitlines()]
+    declarations = dict.fromkeys(line for line in lines if line.startswith("declare "))
+    return "\n".join([*declarations, *(line for line in lines if not line.startswith("declare "))]) + "\n"
+
+
 def digest(forms) -> str:
     """A digest of the forms' IR (part of the disk cache key, with their names)."""
-    text = "".join(f.text for scalar, vectors in forms.values() for f in (scalar, *vectors))
+    text = module_text(forms)
     return hashlib.sha256(text.encode()).hexdigest()[:16]

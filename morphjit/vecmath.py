@@ -113,22 +113,22 @@ def _compile_own_forms(forms) -> dict:
         return {}
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
-    texts = {f.text for scalar, vectors in forms.values() for f in (scalar, *vectors)}
+    compiled = [f for scalar, vectors in forms.values() for f in (*vectors, *([scalar] if scalar else []))]
     library = cpu_target.target_context.codegen().create_library("morphjit_vecforms")
     with global_compiler_lock:
-        library.add_llvm_module(llvm.parse_assembly("\n".join(sorted(texts))))
+        library.add_llvm_module(llvm.parse_assembly(vecforms.module_text(forms)))
         library.finalize()
-    for scalar, vectors in forms.values():
-        for form in (scalar, *vectors):
-            llvm.add_symbol(form.name, library.get_pointer_to_function(form.name))
+    for form in compiled:
+        llvm.add_symbol(form.name, library.get_pointer_to_function(form.name))
     _keep.append(library)
     return forms
 
 
 _keep: list = []   # the compiled forms' library: its machine code must outlive every step
 VARIANTS: dict[str, list[Variant]] = _detect()
-# Per C name ("sincosf"): our own forms (vecforms), with their scalar form.
-OWN_FORMS: dict = _compile_own_forms(vecforms.sincos_forms(VARIANTS))
+# Per C name ("sincosf", "powf"): our own vector forms (vecforms), with their scalar form where
+# it is not the C library's function of that name.
+OWN_FORMS: dict = _compile_own_forms({**vecforms.sincos_forms(VARIANTS), **vecforms.powf_forms(VARIANTS)})
 # Switched off by the tests and perf.vecmath_figures to render the scalar fallback in this process.
 ENABLED = bool(VARIANTS)
 
@@ -191,7 +191,7 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
     """The C function `cname`, declared pure and mapped to its vector forms."""
     function = _declare(module, cname, ir.FunctionType(element, [element] * arity))
     mappings = []
-    for v in VARIANTS.get(cname, ()):
+    for v in OWN_FORMS[cname][1] if cname in OWN_FORMS else VARIANTS.get(cname, ()):
         vector = ir.VectorType(element, v.lanes)
         _declare(module, v.name, ir.FunctionType(vector, [vector] * arity), keep_alive=True)
         mappings.append(f"_ZGV_LLVM_N{v.lanes}{'v' * arity}_{cname}({v.name})")
@@ -289,18 +289,18 @@ pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 
 _C_NAMES = "|".join(cname for cname, _ in FUNCTIONS.values())
 # libmvec's vector forms, our sincos's vector and scalar forms, the C library's functions.
-_CALLEE = re.compile(rf"\$(?:_ZGV[bcde]N\d+v+_(\w+?)|morphjit_(sincosf?)_[bcde]\d+|morphjit_(sincosf?)"
+_CALLEE = re.compile(rf"\$(?:_ZGV[bcde]N\d+v+_(\w+?)|morphjit_([a-z]+)_[bcde]\d+|morphjit_(sincosf?)"
                      rf"|((?:{_C_NAMES})f?))\b")
 
 
 def math_calls(asm: str) -> tuple[set[str], set[str]]:
     """The C math functions machine code `asm` calls in vector form and in scalar form (our
-    ``sincos`` counts as ``sin`` and ``cos``).
+    forms count as the functions they compute, ``sincos`` as ``sin`` and ``cos``).
 
     numba calls through a register loaded with the callee's address (``movabsq $expf, %rax``)."""
     vector, scalar = set(), set()
     for libmvec, own_vector, own_scalar, c_scalar in _CALLEE.findall(asm):
-        vector.update(_halves(own_vector) if own_vector else [libmvec] if libmvec else [])
+        vector.update(_halves(own_vector) if "sincos" in own_vector else [own_vector or libmvec] if own_vector or libmvec else [])
         scalar.update(_halves(own_scalar) if own_scalar else [c_scalar] if c_scalar else [])
     return vector, scalar
 

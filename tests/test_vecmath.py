@@ -166,6 +166,24 @@ def test_sin_and_cos_within_the_ulp_bar_where_our_forms_reduce_the_argument(dtyp
         check_accuracy(name, got, [x])
 
 
+@pytest.mark.skipif("powf" not in vecmath.OWN_FORMS, reason="our powf forms are not in use on this machine")
+def test_float32_pow_within_the_ulp_bar_where_our_form_computes_it():
+    # Every lane ordinary (0 < x < inf, finite y), so no vector takes libmvec's form: bases near 1
+    # with large exponents, subnormal bases, results that overflow or underflow float32.
+    rng = np.random.default_rng(13)
+    n = 1 << 15
+    bases = [np.exp(rng.uniform(-100, 88, n)), 1 + rng.uniform(-1e-3, 1e-3, n), rng.uniform(0, 1e-38, n),
+             rng.uniform(0.5, 2, n), [1.0] * 64]
+    exponents = [rng.uniform(-1.5, 1.5, n), rng.uniform(-3e4, 3e4, n), rng.uniform(-1, 1, n),
+                 rng.uniform(-1000, 1000, n), rng.uniform(-1e30, 1e30, 64)]
+    x, y = (np.concatenate(parts).astype(np.float32)[: 4 * n + 61] for parts in (bases, exponents))
+    x[x == 0] = 1.0
+    got, asm = run("pow", x, y)
+    assert "powf" in vecmath.math_calls(asm)[0]
+    with np.errstate(over="ignore"):
+        check_accuracy("pow", got, [x, y])
+
+
 @needs_libmvec
 @pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
 def test_sin_and_cos_of_one_argument_are_one_call(dtype):
