@@ -251,6 +251,42 @@ def _powf_text(name: str, lanes: int, vector_pow: str) -> str:
     return "\n".join(declarations) + f"\ndefine {fv} @{name}({fv} %x, {fv} %y) nounwind {{\n{body}\n}}\n"
 
 
+def _expf_text(name: str, lanes: int, vector_exp: str) -> str:
+    """float32 exp x = 2^n exp(r), r = x - n ln 2 (two parts, fused), exp(r) by Taylor to r^7
+    (within 2^-27 on |r| <= ln(2)/2); for -87 <= x <= 88, where 2^n and the result are normal.
+    A vector with any other lane (or NaN) takes libmvec's expf."""
+    b = _Body("float", lanes)
+    v, iv, mask = b.vector, f"<{lanes} x i32>", f"<{lanes} x i1>"
+    normal = b.emit(f"and {mask} " + b.emit(f"fcmp oge {v} %x, {b.const(-87.0)}") + ", " +
+                    b.emit(f"fcmp ole {v} %x, {b.const(88.0)}"))
+    b.lines.append(f"  %all = icmp eq i{lanes} " + b.emit(f"bitcast {mask} {normal} to i{lanes}") + ", -1")
+    b.lines.append("  br i1 %all, label %fast, label %libmvec")
+    b.lines.append("fast:")
+    n = b.emit(f"call {v} @llvm.rint.{b.suffix}({v} " + b.emit(f"fmul {v} %x, {b.const(1 / math.log(2))}") + ")")
+    minus_n = b.emit(f"fneg {v} {n}")
+    ln2_high = float(np.float32(math.log(2)))
+    r = b.fma(minus_n, b.const(ln2_high), "%x")
+    r = b.fma(minus_n, b.const(float(decimal.Decimal(2).ln(decimal.Context(prec=40)) - decimal.Decimal(ln2_high))), r)
+    exp_r = b.horner(r, [1 / math.factorial(i) for i in range(7, -1, -1)])
+    scale = b.emit(f"shl {iv} " + b.emit(f"add {iv} " + b.emit(f"fptosi {v} {n} to {iv}") + f", {_int_splat('i32', 127, lanes)}") +
+                   f", {_int_splat('i32', 23, lanes)}")
+    b.lines.append(f"  ret {v} " + b.emit(f"fmul {v} {exp_r}, " + b.emit(f"bitcast {iv} {scale} to {v}")))
+    b.lines.append("libmvec:")
+    b.lines.append(f"  ret {v} " + b.emit(f"call {v} @{vector_exp}({v} %x)"))
+    declarations = [f"declare {v} @{vector_exp}({v})", f"declare {v} @llvm.fma.{b.suffix}({v}, {v}, {v})",
+                    f"declare {v} @llvm.rint.{b.suffix}({v})"]
+    body = "\n".join(b.lines)
+    return "\n".join(declarations) + f"\ndefine {v} @{name}({v} %x) nounwind {{\n{body}\n}}\n"
+
+
+def expf_forms(libmvec_variants: dict) -> dict[str, tuple[None, list[Form]]]:
+    """{"expf": (None, vector forms)}, one per ISA libmvec has ``expf`` for."""
+    vectors = [Form(f"morphjit_expf_{v.name[4]}{v.lanes}", "float", v.lanes,
+                    _expf_text(f"morphjit_expf_{v.name[4]}{v.lanes}", v.lanes, v.name))
+               for v in libmvec_variants.get("expf", ())]
+    return {"expf": (None, vectors)} if vectors else {}
+
+
 def powf_forms(libmvec_variants: dict) -> dict[str, tuple[None, list[Form]]]:
     """{"powf": (None, vector forms)}, one per ISA libmvec has ``powf`` for; the scalar form stays
     the C library's ``powf``."""

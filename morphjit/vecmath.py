@@ -128,7 +128,8 @@ _keep: list = []   # the compiled forms' library: its machine code must outlive 
 VARIANTS: dict[str, list[Variant]] = _detect()
 # Per C name ("sincosf", "powf"): our own vector forms (vecforms), with their scalar form where
 # it is not the C library's function of that name.
-OWN_FORMS: dict = _compile_own_forms({**vecforms.sincos_forms(VARIANTS), **vecforms.powf_forms(VARIANTS)})
+OWN_FORMS: dict = _compile_own_forms({**vecforms.sincos_forms(VARIANTS), **vecforms.powf_forms(VARIANTS),
+                                       **vecforms.expf_forms(VARIANTS)})
 # Switched off by the tests and perf.vecmath_figures to render the scalar fallback in this process.
 ENABLED = bool(VARIANTS)
 
