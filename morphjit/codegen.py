@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import kernels, vecmath
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Namer, Var, literal
 from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
@@ -377,7 +377,7 @@ def kernel_source(body: str, params: list[Var], extents: list[str]) -> str:
         for k, v in enumerate(params):
             shape = tuple(Extent(e) for e in internal_shape(v.shape))
             out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
-        out.block(body)
+        out.block(vecmath.pair_sin_cos(body))
         out.line("return 0")
     return out.text()
 

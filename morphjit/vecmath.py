@@ -147,6 +147,20 @@ def call(op: str, *operands: str) -> str:
     return _FALLBACK.get(op, f"np.{op}({{0}})").format(*operands)
 
 
+_TRIGONOMETRIC_CALL = re.compile(r"\bvm\.(sin|cos)\((\w+)\)")
+
+
+def pair_sin_cos(source: str) -> str:
+    """`source` (a kernel's) with ``vm.sin(x)`` and ``vm.cos(x)`` of one name ``x`` as halves of
+    one ``sincos`` (``vm.sin_paired(x)``, ``vm.cos_paired(x)``). Either way each is sin or cos of
+    its argument: a name used for two values in one kernel at worst pairs calls needlessly."""
+    arguments = {"sin": set(), "cos": set()}
+    for op, argument in _TRIGONOMETRIC_CALL.findall(source):
+        arguments[op].add(argument)
+    both = arguments["sin"] & arguments["cos"]
+    return _TRIGONOMETRIC_CALL.sub(lambda m: f"vm.{m[1]}_paired({m[2]})" if m[2] in both else m[0], source)
+
+
 def cache_key() -> str:
     """Names what the generated machine code links against; part of the disk cache key."""
     if not VARIANTS:
@@ -255,9 +269,10 @@ def _sincos_with_vector_forms(module: ir.Module, cname: str, element: ir.Type) -
     return function
 
 
-def _trigonometric(cname: str, which: int):
-    """``sin`` (which=0) or ``cos`` (1): a half of our ``sincos`` where we have its forms, so that
-    LLVM merges a loop's sin(x) and cos(x) into one call; else libmvec's own function."""
+def _half_of_sincos(cname: str, which: int):
+    """``sin`` (which=0) or ``cos`` (1) as a half of our ``sincos`` where we have its forms, so
+    that LLVM merges a loop's two halves of one argument into one call; else libmvec's function.
+    For loops with both (:func:`pair_sin_cos`): alone, libmvec's float64 ``sin`` is faster."""
     libmvec_codegen = _codegen(cname, 1)
 
     def codegen(context, builder, sig, llargs):
@@ -271,15 +286,17 @@ def _trigonometric(cname: str, which: int):
 
     def typer(typingctx, x):
         return _signature(x), codegen
-    typer.__name__ = typer.__qualname__ = cname
+    typer.__name__ = typer.__qualname__ = f"{cname}_paired"
     return intrinsic(typer)
 
 
 exp = _unary("exp")
 log = _unary("log")
 log1p = _unary("log1p")
-sin = _trigonometric("sin", 0)
-cos = _trigonometric("cos", 1)
+sin = _unary("sin")
+cos = _unary("cos")
+sin_paired = _half_of_sincos("sin", 0)
+cos_paired = _half_of_sincos("cos", 1)
 tanh = _unary("tanh")
 pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 

@@ -161,7 +161,7 @@ def test_sin_and_cos_within_the_ulp_bar_where_our_forms_reduce_the_argument(dtyp
                         [0.0, -0.0, bound, -bound]]).astype(dtype)
     x = x[np.abs(x) <= bound][: (x.size // 64) * 64 - 3]
     for name in ("sin", "cos"):
-        got, asm = run(name, x)
+        got, asm = run(f"{name}_paired", x)
         assert {name + ("f" if dtype == np.float32 else "")} <= vecmath.math_calls(asm)[0]
         check_accuracy(name, got, [x])
 
@@ -190,12 +190,12 @@ def test_sin_and_cos_of_one_argument_are_one_call(dtype):
     @numba.njit(fastmath=codegen.FASTMATH)
     def both(x, out):
         for i in range(out.size):
-            out[i] = vecmath.sin(x[i]) * vecmath.cos(x[i])
+            out[i] = vecmath.sin_paired(x[i]) * vecmath.cos_paired(x[i])
 
     @numba.njit(fastmath=codegen.FASTMATH)
     def one(x, out):
         for i in range(out.size):
-            out[i] = vecmath.sin(x[i])
+            out[i] = vecmath.sin_paired(x[i])
 
     x = np.linspace(-3, 3, 1000, dtype=dtype)
     calls = []
@@ -205,6 +205,22 @@ def test_sin_and_cos_of_one_argument_are_one_call(dtype):
         calls.append(len(re.findall(r"\bcall\b.*@(?:_ZGV|morphjit_sincos)", loop.inspect_llvm(loop.signatures[0]))))
     np.testing.assert_allclose(out, np.sin(x), rtol=4 * np.finfo(dtype).eps)
     assert calls[0] == calls[1] or not vecmath.OWN_FORMS
+
+
+def test_a_kernel_pairs_sin_and_cos_of_one_name_only():
+    source = "t3 = vm.sin(t1)\nt4 = vm.cos(t2)\nt5 = vm.cos(t1)\nt6 = vm.sin(t2x)\nt7 = vm.exp(t1)\n"
+    assert vecmath.pair_sin_cos(source) == ("t3 = vm.sin_paired(t1)\nt4 = vm.cos(t2)\nt5 = vm.cos_paired(t1)\n"
+                                           "t6 = vm.sin(t2x)\nt7 = vm.exp(t1)\n")
+
+
+@needs_libmvec
+def test_a_step_pairs_the_sin_and_cos_of_its_fused_loop():
+    fit = mj.compile_loss(lambda p, t: np.sum(np.sin(p * t) ** 2), cache=False)
+    features = mj.compile_loss(lambda p, t: np.sum(p * np.sin(t)), cache=False)
+    p, t = np.array(1.5), np.linspace(0, 3, 256)
+    np.testing.assert_allclose(fit(p, t)[1], np.sum(2 * np.sin(1.5 * t) * np.cos(1.5 * t) * t), rtol=1e-12)
+    assert "vm.sin_paired(" in fit.source(p, t) and "vm.cos_paired(" in fit.source(p, t)
+    assert "vm.sin(" in features.source(p, t) and "_paired" not in features.source(p, t)
 
 
 def test_isas_follow_the_cpu_features():
