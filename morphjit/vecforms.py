@@ -302,10 +302,14 @@ def powf_forms(libmvec_variants: dict) -> dict[str, tuple[None, list[Form]]]:
     return {"powf": (None, vectors)} if vectors else {}
 
 
+def each(forms) -> list[Form]:
+    """Every form of `forms` ({C name: (scalar form or None, vector forms)})."""
+    return [f for scalar, vectors in forms.values() for f in (*vectors, *([scalar] if scalar else []))]
+
+
 def module_text(forms) -> str:
     """The IR of `forms` as one module: each declaration once, then the definitions."""
-    lines = [line for scalar, vectors in forms.values()
-             for f in (*vectors, *([scalar] if scalar else [])) for line in f.text.splitlines()]
+    lines = [line for f in each(forms) for line in f.text.splitlines()]
     declarations = dict.fromkeys(line for line in lines if line.startswith("declare "))
     return "\n".join([*declarations, *(line for line in lines if not line.startswith("declare "))]) + "\n"
 

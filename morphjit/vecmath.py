@@ -108,17 +108,16 @@ def _detect() -> dict[str, list[Variant]]:
 def _compile_own_forms(forms) -> dict:
     """Compile `forms` (vecforms') into the process and make their symbols resolvable by the
     steps' machine code; `forms` again, or {} where the CPU has no fused multiply-add (the forms
-    rely on it) or LLVM refuses them."""
+    rely on it)."""
     if not forms or "fma" not in target_features():
         return {}
     from numba.core.compiler_lock import global_compiler_lock
     from numba.core.registry import cpu_target
-    compiled = [f for scalar, vectors in forms.values() for f in (*vectors, *([scalar] if scalar else []))]
     library = cpu_target.target_context.codegen().create_library("morphjit_vecforms")
     with global_compiler_lock:
         library.add_llvm_module(llvm.parse_assembly(vecforms.module_text(forms)))
         library.finalize()
-    for form in compiled:
+    for form in vecforms.each(forms):
         llvm.add_symbol(form.name, library.get_pointer_to_function(form.name))
     _keep.append(library)
     return forms
@@ -126,7 +125,7 @@ def _compile_own_forms(forms) -> dict:
 
 _keep: list = []   # the compiled forms' library: its machine code must outlive every step
 VARIANTS: dict[str, list[Variant]] = _detect()
-# Per C name ("sincosf", "powf"): our own vector forms (vecforms), with their scalar form where
+# Per C name ("sincos[f]", "powf", "expf"): our own vector forms (vecforms), with their scalar form where
 # it is not the C library's function of that name.
 OWN_FORMS: dict = _compile_own_forms({**vecforms.sincos_forms(VARIANTS), **vecforms.powf_forms(VARIANTS),
                                        **vecforms.expf_forms(VARIANTS)})
@@ -210,6 +209,12 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
         vector = ir.VectorType(element, v.lanes)
         _declare(module, v.name, ir.FunctionType(vector, [vector] * arity), keep_alive=True)
         mappings.append(f"_ZGV_LLVM_N{v.lanes}{'v' * arity}_{cname}({v.name})")
+    _mark_pure(function, mappings)
+    return function
+
+
+def _mark_pure(function: ir.Function, mappings: list[str]) -> None:
+    """Declare `function` pure and name its vector forms (VFABI `mappings`) for the vectoriser."""
     # noduplicate: LLVM would fully unroll a short loop of known trip count (32 hidden units)
     # into scalar calls before the loop vectoriser sees it, and the SLP vectoriser cannot bundle
     # them (the arrays may overlap); the loop vectoriser does not mind the attribute.
@@ -218,7 +223,6 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
     if mappings:
         # llvmlite knows no string attributes; its attribute set renders entries verbatim.
         set.add(function.attributes, f'"vector-function-abi-variant"="{",".join(mappings)}"')
-    return function
 
 
 def _codegen(cname: str, arity: int):
@@ -262,10 +266,7 @@ def _sincos_with_vector_forms(module: ir.Module, cname: str, element: ir.Type) -
         vector = ir.VectorType(element, v.lanes)
         _declare(module, v.name, ir.FunctionType(ir.LiteralStructType([vector, vector]), [vector]),
                  keep_alive=True)
-    mappings = ",".join(f"_ZGV_LLVM_N{v.lanes}v_{scalar.name}({v.name})" for v in vectors)
-    for attribute in ("nounwind", "readnone", "noduplicate"):
-        function.attributes.add(attribute)
-    set.add(function.attributes, f'"vector-function-abi-variant"="{mappings}"')
+    _mark_pure(function, [f"_ZGV_LLVM_N{v.lanes}v_{scalar.name}({v.name})" for v in vectors])
     return function
 
 
@@ -306,7 +307,7 @@ pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 
 
 _C_NAMES = "|".join(cname for cname, _ in FUNCTIONS.values())
-# libmvec's vector forms, our sincos's vector and scalar forms, the C library's functions.
+# libmvec's vector forms, our vector forms, our sincos's scalar form, the C library's functions.
 _CALLEE = re.compile(rf"\$(?:_ZGV[bcde]N\d+v+_(\w+?)|morphjit_([a-z]+)_[bcde]\d+|morphjit_(sincosf?)"
                      rf"|((?:{_C_NAMES})f?))\b")
 
@@ -318,14 +319,18 @@ def math_calls(asm: str) -> tuple[set[str], set[str]]:
     numba calls through a register loaded with the callee's address (``movabsq $expf, %rax``)."""
     vector, scalar = set(), set()
     for libmvec, own_vector, own_scalar, c_scalar in _CALLEE.findall(asm):
-        vector.update(_halves(own_vector) if "sincos" in own_vector else [own_vector or libmvec] if own_vector or libmvec else [])
-        scalar.update(_halves(own_scalar) if own_scalar else [c_scalar] if c_scalar else [])
+        if libmvec or own_vector:
+            vector.update(_computed_by(libmvec or own_vector))
+        if own_scalar or c_scalar:
+            scalar.update(_computed_by(own_scalar or c_scalar))
     return vector, scalar
 
 
-def _halves(sincos: str) -> list[str]:
-    """"sincosf" -> ["sinf", "cosf"]."""
-    return [sincos.replace("sincos", "sin"), sincos.replace("sincos", "cos")]
+def _computed_by(cname: str) -> list[str]:
+    """The C functions a call of `cname` computes: "sincosf" -> ["sinf", "cosf"], "expf" -> ["expf"]."""
+    if "sincos" not in cname:
+        return [cname]
+    return [cname.replace("sincos", "sin"), cname.replace("sincos", "cos")]
 
 
 def describe(dispatchers) -> str:
