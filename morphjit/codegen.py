@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels
+from . import kernels, vecmath
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Namer, Var, literal
 from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
@@ -389,7 +389,7 @@ def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: li
     with out.indent():
         for k, (v, shape) in enumerate(zip(params, shapes)):
             out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
-        out.block(body)
+        out.block(vecmath.pair_sin_cos(body))
         out.line("return 0")
     return out.text()
 

@@ -245,7 +245,7 @@ elementwise("mul", np.multiply, lambda K, a, b: f"({a} * {b})",
 elementwise("div", np.divide, lambda K, a, b: f"({a} / {b})",
             lambda g, ans, a, b: (g / b, -g * ans / b), cost=EXPENSIVE)
 elementwise("pow", np.power, lambda K, a, b: vecmath.call("pow", a, b),
-            lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.log(A.where(a == 0, 1.0, a))), cost=EXPENSIVE)
+            lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.where(a == 0, 0.0, A.log(a))), cost=EXPENSIVE)
 elementwise("maximum", np.maximum, lambda K, a, b: f"({a} if ({a} > {b} or {a} != {a}) else {b})",
             lambda g, ans, a, b: _tie_split(g, a > b, a == b), kinds=NUMERIC)
 elementwise("minimum", np.minimum, lambda K, a, b: f"({a} if ({a} < {b} or {a} != {a}) else {b})",

@@ -25,6 +25,7 @@ from numba import types
 from numba.core import config
 from numba.extending import intrinsic
 
+from . import vecforms
 from .config import vecmath_enabled
 
 # The op name, its C library name and its arity. float32 forms append "f" to the C name.
@@ -104,7 +105,30 @@ def _detect() -> dict[str, list[Variant]]:
     return table
 
 
+def _compile_own_forms(forms) -> dict:
+    """Compile `forms` (vecforms') into the process and make their symbols resolvable by the
+    steps' machine code; `forms` again, or {} where the CPU has no fused multiply-add (the forms
+    rely on it)."""
+    if not forms or "fma" not in target_features():
+        return {}
+    from numba.core.compiler_lock import global_compiler_lock
+    from numba.core.registry import cpu_target
+    library = cpu_target.target_context.codegen().create_library("morphjit_vecforms")
+    with global_compiler_lock:
+        library.add_llvm_module(llvm.parse_assembly(vecforms.module_text(forms)))
+        library.finalize()
+    for form in vecforms.each(forms):
+        llvm.add_symbol(form.name, library.get_pointer_to_function(form.name))
+    _keep.append(library)
+    return forms
+
+
+_keep: list = []   # the compiled forms' library: its machine code must outlive every step
 VARIANTS: dict[str, list[Variant]] = _detect()
+# Per C name ("sincos[f]", "powf", "expf"): our own vector forms (vecforms), with their scalar form where
+# it is not the C library's function of that name.
+OWN_FORMS: dict = _compile_own_forms({**vecforms.sincos_forms(VARIANTS), **vecforms.powf_forms(VARIANTS),
+                                       **vecforms.expf_forms(VARIANTS)})
 # Switched off by the tests and perf.vecmath_figures to render the scalar fallback in this process.
 ENABLED = bool(VARIANTS)
 
@@ -122,12 +146,27 @@ def call(op: str, *operands: str) -> str:
     return _FALLBACK.get(op, f"np.{op}({{0}})").format(*operands)
 
 
+_TRIGONOMETRIC_CALL = re.compile(r"\bvm\.(sin|cos)\((\w+)\)")
+
+
+def pair_sin_cos(source: str) -> str:
+    """`source` (a kernel's) with ``vm.sin(x)`` and ``vm.cos(x)`` of one name ``x`` as halves of
+    one ``sincos`` (``vm.sin_paired(x)``, ``vm.cos_paired(x)``). Either way each is sin or cos of
+    its argument: a name used for two values in one kernel at worst pairs calls needlessly."""
+    arguments = {"sin": set(), "cos": set()}
+    for op, argument in _TRIGONOMETRIC_CALL.findall(source):
+        arguments[op].add(argument)
+    both = arguments["sin"] & arguments["cos"]
+    return _TRIGONOMETRIC_CALL.sub(lambda m: f"vm.{m[1]}_paired({m[2]})" if m[2] in both else m[0], source)
+
+
 def cache_key() -> str:
     """Names what the generated machine code links against; part of the disk cache key."""
     if not VARIANTS:
         return "vecmath=scalar"
     forms = sorted(v.name for found in VARIANTS.values() for v in found)
-    return "vecmath=libmvec:" + ",".join(forms)
+    own = sorted(v.name for _, vectors in OWN_FORMS.values() for v in vectors)
+    return "vecmath=libmvec:" + ",".join(forms) + f";own:{','.join(own)}:{vecforms.digest(OWN_FORMS)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,10 +205,16 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
     """The C function `cname`, declared pure and mapped to its vector forms."""
     function = _declare(module, cname, ir.FunctionType(element, [element] * arity))
     mappings = []
-    for v in VARIANTS.get(cname, ()):
+    for v in OWN_FORMS[cname][1] if cname in OWN_FORMS else VARIANTS.get(cname, ()):
         vector = ir.VectorType(element, v.lanes)
         _declare(module, v.name, ir.FunctionType(vector, [vector] * arity), keep_alive=True)
         mappings.append(f"_ZGV_LLVM_N{v.lanes}{'v' * arity}_{cname}({v.name})")
+    _mark_pure(function, mappings)
+    return function
+
+
+def _mark_pure(function: ir.Function, mappings: list[str]) -> None:
+    """Declare `function` pure and name its vector forms (VFABI `mappings`) for the vectoriser."""
     # noduplicate: LLVM would fully unroll a short loop of known trip count (32 hidden units)
     # into scalar calls before the loop vectoriser sees it, and the SLP vectoriser cannot bundle
     # them (the arrays may overlap); the loop vectoriser does not mind the attribute.
@@ -178,7 +223,6 @@ def _scalar_with_vector_forms(module: ir.Module, cname: str, element: ir.Type, a
     if mappings:
         # llvmlite knows no string attributes; its attribute set renders entries verbatim.
         set.add(function.attributes, f'"vector-function-abi-variant"="{",".join(mappings)}"')
-    return function
 
 
 def _codegen(cname: str, arity: int):
@@ -213,11 +257,47 @@ def _binary(cname: str):
     return intrinsic(typer)
 
 
+def _sincos_with_vector_forms(module: ir.Module, cname: str, element: ir.Type) -> ir.Function:
+    """Our ``sincos`` (C name `cname`, e.g. "sincosf") returning the pair, declared pure and
+    mapped to its vector forms."""
+    scalar, vectors = OWN_FORMS[cname]
+    function = _declare(module, scalar.name, ir.FunctionType(ir.LiteralStructType([element, element]), [element]))
+    for v in vectors:
+        vector = ir.VectorType(element, v.lanes)
+        _declare(module, v.name, ir.FunctionType(ir.LiteralStructType([vector, vector]), [vector]),
+                 keep_alive=True)
+    _mark_pure(function, [f"_ZGV_LLVM_N{v.lanes}v_{scalar.name}({v.name})" for v in vectors])
+    return function
+
+
+def _half_of_sincos(cname: str, which: int):
+    """``sin`` (which=0) or ``cos`` (1) as a half of our ``sincos`` where we have its forms, so
+    that LLVM merges a loop's two halves of one argument into one call; else libmvec's function.
+    For loops with both (:func:`pair_sin_cos`): alone, libmvec's float64 ``sin`` is faster."""
+    libmvec_codegen = _codegen(cname, 1)
+
+    def codegen(context, builder, sig, llargs):
+        suffix = "f" if sig.return_type == types.float32 else ""
+        if "sincos" + suffix not in OWN_FORMS:
+            return libmvec_codegen(context, builder, sig, llargs)
+        element = context.get_value_type(sig.return_type)
+        function = _sincos_with_vector_forms(builder.module, "sincos" + suffix, element)
+        pair = builder.call(function, [context.cast(builder, llargs[0], sig.args[0], sig.return_type)])
+        return builder.extract_value(pair, which)
+
+    def typer(typingctx, x):
+        return _signature(x), codegen
+    typer.__name__ = typer.__qualname__ = f"{cname}_paired"
+    return intrinsic(typer)
+
+
 exp = _unary("exp")
 log = _unary("log")
 log1p = _unary("log1p")
 sin = _unary("sin")
 cos = _unary("cos")
+sin_paired = _half_of_sincos("sin", 0)
+cos_paired = _half_of_sincos("cos", 1)
 tanh = _unary("tanh")
 pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 
@@ -227,20 +307,30 @@ pow = _binary("pow")   # noqa: A001 - the op's name; only ever used as vm.pow
 
 
 _C_NAMES = "|".join(cname for cname, _ in FUNCTIONS.values())
-_CALLEE = re.compile(rf"\$(_ZGV[bcde]N\d+v+_(\w+?)|(?:{_C_NAMES})f?)\b")
+# libmvec's vector forms, our vector forms, our sincos's scalar form, the C library's functions.
+_CALLEE = re.compile(rf"\$(?:_ZGV[bcde]N\d+v+_(\w+?)|morphjit_([a-z]+)_[bcde]\d+|morphjit_(sincosf?)"
+                     rf"|((?:{_C_NAMES})f?))\b")
 
 
 def math_calls(asm: str) -> tuple[set[str], set[str]]:
-    """The C math functions machine code `asm` calls in vector form and in scalar form.
+    """The C math functions machine code `asm` calls in vector form and in scalar form (our
+    forms count as the functions they compute, ``sincos`` as ``sin`` and ``cos``).
 
     numba calls through a register loaded with the callee's address (``movabsq $expf, %rax``)."""
     vector, scalar = set(), set()
-    for symbol, vectorised in _CALLEE.findall(asm):
-        if vectorised:
-            vector.add(vectorised)
-        else:
-            scalar.add(symbol)
+    for libmvec, own_vector, own_scalar, c_scalar in _CALLEE.findall(asm):
+        if libmvec or own_vector:
+            vector.update(_computed_by(libmvec or own_vector))
+        if own_scalar or c_scalar:
+            scalar.update(_computed_by(own_scalar or c_scalar))
     return vector, scalar
+
+
+def _computed_by(cname: str) -> list[str]:
+    """The C functions a call of `cname` computes: "sincosf" -> ["sinf", "cosf"], "expf" -> ["expf"]."""
+    if "sincos" not in cname:
+        return [cname]
+    return [cname.replace("sincos", "sin"), cname.replace("sincos", "cos")]
 
 
 def describe(dispatchers) -> str:

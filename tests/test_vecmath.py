@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import codegen, vecmath
+from morphjit import codegen, vecforms, vecmath
 
 ULP_BAR = 4.0
 UNARY = ["exp", "log", "log1p", "sin", "cos", "tanh"]
@@ -134,6 +134,93 @@ def test_pow_vectorises_within_the_ulp_bar(dtype):
     got, asm = run("pow", x, y)
     assert "pow" + ("f" if dtype == np.float32 else "") in vecmath.math_calls(asm)[0]
     check_accuracy("pow", got, [x, y])
+
+
+def near_multiples_of_half_pi(dtype, bound: float) -> np.ndarray:
+    """The numbers of `dtype` nearest k pi/2 up to `bound` and their neighbours: where the
+    argument reduction cancels most."""
+    nearest = (np.arange(1, int(bound / (np.pi / 2)), 97) * (np.longdouble(np.pi) / 2)).astype(dtype)
+    steps = [nearest]
+    for direction in (np.inf, -np.inf):
+        x = nearest
+        for _ in range(2):
+            x = np.nextafter(x, dtype(direction))
+            steps.append(x)
+    return np.concatenate(steps)
+
+
+@pytest.mark.skipif(not vecmath.OWN_FORMS, reason="our sincos forms are not in use on this machine")
+@pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
+def test_sin_and_cos_within_the_ulp_bar_where_our_forms_reduce_the_argument(dtype):
+    # Vectors with a lane beyond the bound take libmvec's forms (the random bit patterns of the
+    # test above mostly do); here every lane is within it. An odd length runs the scalar form too.
+    bound = vecforms._TYPES["float" if dtype == np.float32 else "double"]["bound"]
+    rng = np.random.default_rng(5)
+    magnitudes = np.exp(rng.uniform(np.log(1e-40), np.log(bound), 1 << 16)) * rng.choice([-1, 1], 1 << 16)
+    x = np.concatenate([rng.uniform(-bound, bound, 1 << 16), magnitudes, near_multiples_of_half_pi(dtype, bound),
+                        [0.0, -0.0, bound, -bound]]).astype(dtype)
+    x = x[np.abs(x) <= bound][: (x.size // 64) * 64 - 3]
+    for name in ("sin", "cos"):
+        got, asm = run(f"{name}_paired", x)
+        assert {name + ("f" if dtype == np.float32 else "")} <= vecmath.math_calls(asm)[0]
+        check_accuracy(name, got, [x])
+
+
+@pytest.mark.skipif("powf" not in vecmath.OWN_FORMS, reason="our powf forms are not in use on this machine")
+def test_float32_pow_within_the_ulp_bar_where_our_form_computes_it():
+    # Every lane ordinary (0 < x < inf, finite y), so no vector takes libmvec's form: bases near 1
+    # with large exponents, subnormal bases, results that overflow or underflow float32.
+    rng = np.random.default_rng(13)
+    n = 1 << 15
+    bases = [np.exp(rng.uniform(-100, 88, n)), 1 + rng.uniform(-1e-3, 1e-3, n), rng.uniform(0, 1e-38, n),
+             rng.uniform(0.5, 2, n), [1.0] * 64]
+    exponents = [rng.uniform(-1.5, 1.5, n), rng.uniform(-3e4, 3e4, n), rng.uniform(-1, 1, n),
+                 rng.uniform(-1000, 1000, n), rng.uniform(-1e30, 1e30, 64)]
+    x, y = (np.concatenate(parts).astype(np.float32)[: 4 * n + 61] for parts in (bases, exponents))
+    x[x == 0] = 1.0
+    got, asm = run("pow", x, y)
+    assert "powf" in vecmath.math_calls(asm)[0]
+    with np.errstate(over="ignore"):
+        check_accuracy("pow", got, [x, y])
+
+
+@needs_libmvec
+@pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
+def test_sin_and_cos_of_one_argument_are_one_call(dtype):
+    @numba.njit(fastmath=codegen.FASTMATH)
+    def both(x, out):
+        for i in range(out.size):
+            out[i] = vecmath.sin_paired(x[i]) * vecmath.cos_paired(x[i])
+
+    @numba.njit(fastmath=codegen.FASTMATH)
+    def one(x, out):
+        for i in range(out.size):
+            out[i] = vecmath.sin_paired(x[i])
+
+    x = np.linspace(-3, 3, 1000, dtype=dtype)
+    calls = []
+    for loop in (both, one):
+        out = np.empty_like(x)
+        loop(x, out)
+        calls.append(len(re.findall(r"\bcall\b.*@(?:_ZGV|morphjit_sincos)", loop.inspect_llvm(loop.signatures[0]))))
+    np.testing.assert_allclose(out, np.sin(x), rtol=4 * np.finfo(dtype).eps)
+    assert calls[0] == calls[1] or not vecmath.OWN_FORMS
+
+
+def test_a_kernel_pairs_sin_and_cos_of_one_name_only():
+    source = "t3 = vm.sin(t1)\nt4 = vm.cos(t2)\nt5 = vm.cos(t1)\nt6 = vm.sin(t2x)\nt7 = vm.exp(t1)\n"
+    assert vecmath.pair_sin_cos(source) == ("t3 = vm.sin_paired(t1)\nt4 = vm.cos(t2)\nt5 = vm.cos_paired(t1)\n"
+                                           "t6 = vm.sin(t2x)\nt7 = vm.exp(t1)\n")
+
+
+@needs_libmvec
+def test_a_step_pairs_the_sin_and_cos_of_its_fused_loop():
+    fit = mj.compile_loss(lambda p, t: np.sum(np.sin(p * t) ** 2), cache=False)
+    features = mj.compile_loss(lambda p, t: np.sum(p * np.sin(t)), cache=False)
+    p, t = np.array(1.5), np.linspace(0, 3, 256)
+    np.testing.assert_allclose(fit(p, t)[1], np.sum(2 * np.sin(1.5 * t) * np.cos(1.5 * t) * t), rtol=1e-12)
+    assert "vm.sin_paired(" in fit.source(p, t) and "vm.cos_paired(" in fit.source(p, t)
+    assert "vm.sin(" in features.source(p, t) and "_paired" not in features.source(p, t)
 
 
 def test_isas_follow_the_cpu_features():
@@ -285,3 +372,14 @@ def test_a_step_calling_libmvec_reloads_from_the_disk_cache(tmp_path):
             .stdout.split() for _ in range(2)]
     assert [run[0] for run in runs] == ["0", "1"]
     assert runs[0][1:] == runs[1][1:]
+
+
+def test_the_exponent_gradient_of_pow_shares_the_log_of_the_base():
+    # d(z**d)/dd = z**d log(z), guarded at z == 0; one log per element, not a second of a copy of z.
+    step = mj.compile_loss(lambda p, z: np.sum(z ** p["d"] + p["e"] * np.log(z)), cache=False)
+    p, z = {"d": np.array(0.3), "e": np.array(0.2)}, np.array([0.0, 0.5, 2.0, 3.0])
+    value, grads = step(p, z)
+    assert len(re.findall(r"\b(?:vm|np)\.log\(", step.source(p, z))) == 1
+    with np.errstate(divide="ignore"):
+        want = np.sum(z ** 0.3 * np.where(z == 0, 0.0, np.log(z)))
+    np.testing.assert_allclose(grads["d"], want, rtol=1e-12)
