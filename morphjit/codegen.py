@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kernels, vecmath
+from . import kernels, table, vecmath
 from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Namer, Var, literal
 from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
@@ -48,8 +48,11 @@ class Writer:
             with self.out.indent():
                 # The message is formatted in Python when the error is raised: str() of numbers in
                 # compiled code costs numba a second of typing in a fresh process.
-                error = OUT_OF_RANGE[ins.error].__name__
-                self.out.line(f"raise rt.{error}({ins.what!r}, {ins.low}, {ins.extent}, value, {', '.join(idx)})")
+                self.out_of_range(ins, idx)
+
+    def out_of_range(self, ins: RangeCheck, idx: list[str]) -> None:
+        error = OUT_OF_RANGE[ins.error].__name__
+        self.out.line(f"raise rt.{error}({ins.what!r}, {ins.low}, {ins.extent}, value, {', '.join(idx)})")
 
     def scatter(self, ins: ScatterAdd) -> None:
         body = Body(self.out, self.names, loop_vars(len(ins.domain)), self.offsets)
@@ -206,6 +209,8 @@ class StepWriter(Writer):
     """Renders a plan as a module: the step function, calling each loop nest as a kernel of
     ``morphjit.kernels`` (compiled once per text, shared by every step that runs it)."""
 
+    LOAD = "kernels.load"   # what loads a kernel in the module
+
     def __init__(self, plan: Plan):
         super().__init__(Source(), Namer())
         self.plan = plan
@@ -317,13 +322,18 @@ class StepWriter(Writer):
             text = kernel_source(writer.out.text(), params, shapes, extents, ins.kind == "gemm")
             if text not in names:
                 names[text] = f"k{len(names)}"
-                self.out.line(f"{names[text]} = kernels.load(\'\'\'")
+                self.out.line(f"{names[text]} = {self.LOAD}(\'\'\'")
                 self.out.block(text)
                 self.out.line(f"\'\'\', {len(params)}, {len(extents)})")
-            arguments = [self.address(v) for v in params] + self.extents + \
-                [str(internal_shape(v.shape)[axis]) for v, axis in writer.shapes] + list(map(str, writer.offset_values))
+            arguments = self.call_arguments(writer, [self.address(v) for v in params])
             calls[id(ins)] = f"{names[text]}({', '.join(arguments)})"
         return calls
+
+    def call_arguments(self, writer: KernelWriter, pointers: list[str]) -> list[str]:
+        """A kernel call's arguments: ``pointers``, the step's extents, the values of the
+        kernel's extent and offset parameters."""
+        return pointers + self.extents + [str(internal_shape(v.shape)[axis]) for v, axis in writer.shapes] + \
+            list(map(str, writer.offset_values))
 
     def address(self, v: Var) -> str:
         name = self.names.name(v)
@@ -331,8 +341,9 @@ class StepWriter(Writer):
 
 
 def in_kernel(ins) -> bool:
-    """Whether the step calls ``ins`` as a kernel (loop nests and GEMMs) or writes it itself."""
-    return bool(ins.nests()) or ins.kind == "gemm"
+    """Whether the step calls ``ins`` as a kernel (loop nests, scatters and GEMMs) or writes it
+    itself."""
+    return bool(ins.nests()) or ins.kind in ("gemm", "scatter")
 
 
 class KernelWriter(Writer):
@@ -349,6 +360,13 @@ class KernelWriter(Writer):
     def run_time_extent(self, v: Var, axis: int) -> str:
         self.shapes.append((v, axis))
         return f"n{len(self.shapes) - 1}"
+
+    def out_of_range(self, ins: RangeCheck, idx: list[str]) -> None:
+        """A range check's failure in a table step: the value and its position into the error
+        record, and 1 returned (see ``morphjit.table``)."""
+        for k, x in enumerate(["value", *idx]):
+            self.out.line(f"record[{k}] = {x}")
+        self.out.line("return 1")
 
     def offsets(self, imap: IndexMap) -> IndexMap:
         return IndexMap(tuple(self.offset_parameter(o) if type(o) is int and o else o for o in imap.offsets),
@@ -378,17 +396,22 @@ class Extent(str):
         return self
 
 
-def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: list[str], lapack: bool) -> str:
-    """A kernel's module text: each array a C-ordered view of its data pointer, then ``body``
-    (which calls ``morphjit.lapack`` if ``lapack``)."""
+def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: list[str], lapack: bool = False,
+                  record: bool = False) -> str:
+    """A kernel's module text: each array a C-ordered view of its data pointer (with ``record``,
+    the last pointer is a range check's error record), then ``body`` (which calls
+    ``morphjit.lapack`` if ``lapack``)."""
     out = Source()
     if lapack:
         out.line(LAPACK_IMPORT)
     out.line(DECORATOR)
-    out.line(f"def {kernels.NAME}({', '.join([f'p{k}' for k in range(len(params))] + extents)}):")
+    pointers = [f"p{k}" for k in range(len(params) + record)]
+    out.line(f"def {kernels.NAME}({', '.join(pointers + extents)}):")
     with out.indent():
         for k, (v, shape) in enumerate(zip(params, shapes)):
             out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
+        if record:
+            out.line(f"record = numba.carray({pointers[-1]}, ({table.RECORD},), np.int64)")
         out.block(vecmath.pair_sin_cos(body))
         out.line("return 0")
     return out.text()
@@ -406,6 +429,6 @@ def same_views(plan: Plan):
 
 
 def render(plan: Plan) -> tuple[str, list[Var]]:
-    """The module source of the step and the order of its arguments."""
+    """The module source of the unrolled step and the order of its arguments."""
     writer = StepWriter(plan)
     return writer.source(), writer.arguments()

@@ -15,6 +15,8 @@ variable                    meaning                                             
 ``MORPHJIT_DUMP``           ``<stage or pass or rewrite>[,...]`` or ``all``:      none
                             print the program before and after them (stderr)
 ``MORPHJIT_QUIET``          never show the "compiling..." status line             off
+``MORPHJIT_TABLE_STEP``     instructions from which a step is a table of kernel   48
+                            calls (``morphjit.table``) rather than unrolled code
 ``MORPHJIT_TRACEBACK``      ``full``: keep morphjit's frames in tracebacks        trimmed
 ``MORPHJIT_VECMATH``        vector math library calls in generated loops          on
 ``MORPHJIT_VERIFY``         verify the program after every stage and pass         off
@@ -60,6 +62,17 @@ def dumped(name: str) -> bool:
 
 def quiet() -> bool:
     return switch("QUIET", False)
+
+
+def table_step(default: int) -> int:
+    """``MORPHJIT_TABLE_STEP`` as a number of instructions, else ``default``."""
+    value = setting("TABLE_STEP")
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"MORPHJIT_TABLE_STEP must be a number of instructions, got {value!r}") from None
 
 
 def full_tracebacks() -> bool:

@@ -332,14 +332,19 @@ def explain(compiled, args) -> Explanation:
         report.groups = fusion_groups(step.plan)
         report.source = step.source
         report.module_file = module_file(native)
-        report.vector_math = vecmath.describe([native.kernel, *kernels.called_by(native.kernel)])
+        own = [] if native.table else [native.kernel]   # a table step is no numba function
+        report.vector_math = vecmath.describe(own + kernels.called_by(namespace(native)))
     return report
+
+
+def namespace(native: NativeStep) -> dict:
+    """The namespace of the step's module."""
+    return native.kernel.namespace if native.table else native.kernel.py_func.__globals__
 
 
 def module_file(native: NativeStep) -> str | None:
     """The cache file the step's module was loaded from, or None (compiled in memory)."""
-    py_func = getattr(native.kernel, "py_func", None)
-    filename = getattr(py_func, "__globals__", {}).get("__file__")
+    filename = namespace(native).get("__file__")
     return filename if filename and os.path.exists(filename) else None
 
 

@@ -7,7 +7,9 @@ cache, where it is an entry of its own) and registers its C entry with LLVM unde
 by the text's hash; the step declares that symbol as an external function and calls it. The step
 therefore links no kernel code into its own module: repeated layers, time steps and models that
 share layers with a model compiled before (an edit in a notebook, another process) reuse the
-kernel's machine code, and the step itself stays one native call, a thin sequence of calls.
+kernel's machine code, and the step itself stays one native call, a thin sequence of calls. The
+step of a large program is a table of calls instead (``morphjit.table``), which reaches the same
+C entry through a trampoline.
 
 Kernels live as long as the process (a step's machine code holds their addresses).
 """
@@ -18,7 +20,7 @@ import contextvars
 import functools
 import hashlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llvmlite import binding as llvm
@@ -43,7 +45,8 @@ NAME = "kernel"   # the function a kernel's source defines
 class Loaded:
     function: types.ExternalFunction   # what the step calls
     dispatcher: object                 # keeps the machine code alive
-    origin: str                        # "compiled" or "disk"
+    origin: str                        # "compiled", "disk", or "reused" (loaded before)
+    symbol: str                        # of its C entry
 
 
 _loaded: dict[str, Loaded] = {}        # kernel source -> its loaded kernel
@@ -66,14 +69,20 @@ def load(source: str, pointers: int, extents: int) -> types.ExternalFunction:
     """The kernel ``source`` (a decorated ``def kernel(p0, ..., e0, ...)`` taking ``pointers``
     data pointers then ``extents`` run-time extents), as a function the step calls by symbol with
     data addresses (``a.ctypes.data``) for the pointers."""
+    return loaded(source, pointers, extents).function
+
+
+def loaded(source: str, pointers: int, extents: int) -> Loaded:
+    """The kernel ``source`` (see `load`), compiled or loaded from the disk cache the first time
+    in this process; its ``origin`` says which, or "reused"."""
     with _lock:
-        loaded = _loaded.get(source)
-        if loaded is not None:
+        known = _loaded.get(source)
+        if known is not None:
             _counts["reused"] += 1
-            return loaded.function
-        loaded = _loaded[source] = compile_kernel(source, (types.voidptr,) * pointers + (types.intp,) * extents)
-        _counts[loaded.origin] += 1
-        return loaded.function
+            return replace(known, origin="reused")
+        known = _loaded[source] = compile_kernel(source, (types.voidptr,) * pointers + (types.intp,) * extents)
+        _counts[known.origin] += 1
+        return known
 
 
 def compile_kernel(source: str, signature: tuple) -> Loaded:
@@ -85,12 +94,13 @@ def compile_kernel(source: str, signature: tuple) -> Loaded:
     origin = "disk" if disk_cache.loaded_from_disk(dispatcher) else "compiled"
     # The step passes data addresses as integers: the same machine type as the pointers.
     step_signature = tuple(types.uintp if t is types.voidptr else t for t in signature)
-    return Loaded(types.ExternalFunction(symbol, types.intp(*step_signature)), dispatcher, origin)
+    return Loaded(types.ExternalFunction(symbol, types.intp(*step_signature)), dispatcher, origin, symbol)
 
 
-def called_by(step) -> list:
-    """The dispatchers of the kernels the step dispatcher ``step``'s module loaded."""
-    functions = {id(v) for v in step.py_func.__globals__.values() if isinstance(v, types.ExternalFunction)}
+def called_by(namespace: dict) -> list:
+    """The dispatchers of the kernels a step's module (its ``namespace``) loaded, as the functions
+    an unrolled step calls or the kernels of a table's rows (their ``function``)."""
+    functions = {id(getattr(v, "function", v)) for v in namespace.values()}
     with _lock:
         return [k.dispatcher for k in _loaded.values() if id(k.function) in functions]
 

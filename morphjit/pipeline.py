@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from . import cache as disk_cache
-from . import codegen, config, distances, feedback, kernels, passes, pytree
+from . import codegen, config, distances, feedback, kernels, passes, pytree, tablegen
 from .errors import DtypeError, ShapeError, SourceLoc, TracingError
 from .frozen import FrozenValueError, trace_twice
 from .ir import Program, is_float
@@ -120,7 +120,7 @@ def plan_stage(build: Build) -> None:
 
 
 def codegen_stage(build: Build) -> None:
-    build.source, build.arguments = codegen.render(build.plan)
+    build.source, build.arguments = tablegen.render(build.plan)
 
 
 def load_stage(build: Build) -> None:

@@ -25,6 +25,14 @@ class Addresses:
     values: tuple
 
 
+@dataclass(frozen=True)
+class Frame:
+    """The argument of a table step (``morphjit.table``) between its inputs and outputs: its
+    frame, holding the data addresses of the constants and pooled ``values`` from place ``first``."""
+    values: tuple
+    first: int
+
+
 class NativeStep:
     """Calls a compiled step: inputs in, fresh outputs back.
 
@@ -42,6 +50,7 @@ class NativeStep:
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.workspace_values = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
         self.slot_of = plan.slot_of
+        self.table = any(isinstance(v, Frame) for v, _ in self.workspace_values)   # kernel: a table.Step
         self.input_dtypes = [v.dtype for v in plan.inputs]
         self.scalar_dtypes = self.input_dtypes[n_in - n_scalars:n_in]   # run-time scalars, the last inputs
         self.output_buffers = [(internal_shape(v.shape), v.dtype) for v in plan.outputs]
@@ -79,6 +88,10 @@ class NativeStep:
 
     def _first_call(self, *args):
         """Compile (or load) through the dispatcher, then call the machine code directly."""
+        if self.table:   # its kernels are loaded: nothing to compile
+            self.kernel.started()
+            self.call = self.kernel.caller(len(self.input_dtypes))
+            return self.call(*args)
         self.kernel(*args)
         # Arguments are always C-contiguous arrays of the same types, so the dispatcher's type
         # lookup can be skipped on later calls.
@@ -135,8 +148,15 @@ class Workspace:
 
     def _argument(self, v, slot: int | None, batch: int) -> np.ndarray:
         if isinstance(v, Addresses):   # views of the pool, which outlives this vector
-            return np.array([self._view(u, self.step.slot_of[id(u)], batch).ctypes.data for u in v.values], np.uintp)
+            return np.array([self._address(u, batch) for u in v.values], np.uintp)
+        if isinstance(v, Frame):
+            return self.step.kernel.frame({v.first + k: self._address(u, batch) for k, u in enumerate(v.values)}, batch)
         return self.step.consts[id(v)] if slot is None else self._view(v, slot, batch)
+
+    def _address(self, v, batch: int) -> int:
+        """The data address of a constant or of a pooled value's view."""
+        slot = self.step.slot_of.get(id(v))
+        return (self.step.consts[id(v)] if slot is None else self._view(v, slot, batch)).ctypes.data
 
     def _view(self, v, slot: int, batch: int) -> np.ndarray:
         shape = internal_shape(evaluate(v.shape, batch))

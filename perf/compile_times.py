@@ -16,7 +16,7 @@ batch 64, gradients of every weight and bias.
 Measured:
 - the fixed cost: import numba and compile one tiny njit function calling np.dot;
 - the cost of step arguments: compile an empty step taking N arrays, flat or as one tuple;
-- the first call, split into the morphjit part (trace + vjp + passes + plan + codegen.render) and
+- the first call, split into the morphjit part (trace + vjp + passes + plan + tablegen.render) and
   the numba part (exec of the source + first call of the step: typing, lowering, LLVM), against
   the size of the plan and of the source, and whether the numba part grows linearly with the
   instruction count. Every loop nest is a kernel of its own (``morphjit.kernels``: compiled once
@@ -29,7 +29,9 @@ residual MLP of 10-30 blocks), in a fresh process (mode fresh), after compiling 
 program (other) or the same model at another size (edit, the notebook edit cycle), side by side
 with the first call of jax.jit(value_and_grad) and torch.compile(grad_and_value) of the same
 functions (run by --peer-python; torch.compile with an empty inductor cache and the CPU time of the
-C++ compiler it runs counted), and fits first call = fixed + per-instruction cost. Example:
+C++ compiler it runs counted), and fits first call = fixed + per-instruction cost. Steps of
+``tablegen.TABLE_FROM`` instructions or more are tables of kernel calls (``morphjit.table``; the
+step args column says "table"), whose own code is not compiled per program. Example:
   python perf/compile_times.py --stages mlp:2 mlp:10 rnn:100 --modes fresh,edit --repeat 1
 """
 from __future__ import annotations
@@ -136,7 +138,7 @@ def child_args(counts) -> None:
 def child_compile(n_layers: int, dtype: str) -> None:
     """The first call split into the morphjit part and the numba part, and the size of the step."""
     import morphjit as mj
-    from morphjit import cache as disk_cache, codegen
+    from morphjit import cache as disk_cache, tablegen
     from morphjit.compiler import arg_spec
     from morphjit.pipeline import compile_plan
     from morphjit.runtime import NativeStep
@@ -144,7 +146,7 @@ def child_compile(n_layers: int, dtype: str) -> None:
     fn, args = mlp(n_layers, dtype)
     t0 = CLOCK()
     plan = compile_plan(mj.grad_program(fn, *args))
-    source, arguments = codegen.render(plan)
+    source, arguments = tablegen.render(plan)
     t_mj = CLOCK() - t0
     _, leaves = arg_spec(fn, args, 0)
     t0 = CLOCK()
@@ -152,12 +154,12 @@ def child_compile(n_layers: int, dtype: str) -> None:
     step = NativeStep(plan, module.step, arguments)
     step(*leaves)
     t_numba = CLOCK() - t0
-    (overload,) = step.kernel.overloads.values()
+    overloads = [] if step.table else list(step.kernel.overloads.values())   # a table step has none
     counts = plan.counts()
     _emit({"morphjit": t_mj, "numba": t_numba,
-           "llvm": (overload.metadata or {}).get("timers", {}).get("llvm_lock", float("nan")),
+           "llvm": sum((o.metadata or {}).get("timers", {}).get("llvm_lock", float("nan")) for o in overloads),
            "instructions": len(plan.instructions), "nests": counts["loop"] + counts["reduce"],
-           "gemms": counts["gemm"], "helpers": source.count("kernels.load("), "lines": source.count("\n"),
+           "gemms": counts["gemm"], "helpers": source.count("kernels.load(") + source.count("table.kernel("), "lines": source.count("\n"),
            "args": len(arguments)})
 
 
@@ -315,7 +317,8 @@ def child_stages(family: str, size: int, mode: str) -> None:
            "front": sum(stages.get(k, 0.0) for k in ("trace", "vjp", "passes")),
            "plan": stages.get("lower", 0.0) + stages.get("plan", 0.0), "codegen": stages.get("codegen", 0.0),
            "instructions": len(step.plan.instructions), "lines": step.source.count("\n"),
-           "args": len(step.run.kernel.py_func.__code__.co_varnames[:step.run.kernel.py_func.__code__.co_argcount]),
+           "args": len(step.run.input_dtypes) + len(step.run.workspace_values) + len(step.run.output_buffers),
+           "form": "table" if step.run.table else "unrolled",
            **{f"kernels_{k}": v for k, v in kernel_counts().items()}})
 
 
@@ -437,7 +440,7 @@ def report_stages(cases, modes, peers, rows) -> None:
             peer = [rows.get((family, size, mode, p), {}).get("first") for p in peers]
             print(f"| {family} {size} | {r['instructions']} | {mode} | {r['first']:.2f} | {r['front']:.3f} "
                   f"| {r['plan']:.3f} | {r['codegen']:.3f} | {r['typing']:.2f} | {r['lowering']:.2f} "
-                  f"| {r['llvm']:.2f} | {r['other']:.2f} | {kernels} | {r['args']} |"
+                  f"| {r['llvm']:.2f} | {r['other']:.2f} | {kernels} | {r['args']} {r.get('form', '')} |"
                   + "".join(" - |" if t is None else f" {t:.2f} |" for t in peer))
     for mode in modes:
         for family in dict.fromkeys(f for f, _ in cases):

@@ -10,7 +10,7 @@ import pytest
 import morphjit as mj
 from morphjit import kernels, lapack
 
-KERNEL = re.compile(r"kernels\.load\('''(.*?)'''", re.S)
+KERNEL = re.compile(r"(?:kernels\.load|table\.kernel)\('''(.*?)'''", re.S)   # either step form
 
 
 def kernel_texts(source: str) -> set[str]:
