@@ -225,9 +225,15 @@ def test_random_polymorphic_steps_agree_with_the_reference_at_other_batch_sizes(
     leaves, treedef = mj.pytree.flatten(args)
     n_params = len(mj.pytree.flatten(args[0])[0])
     new_args = mj.pytree.unflatten(treedef, resized(leaves, batched_leaves(leaves, range(n_params)), batch))
-    got = step(*new_args)
+    reference = mj.compile_loss(fn, backend="interp", static_shapes=True)
+    try:
+        got = step(*new_args)
+    except IndexError:   # an index array into the batch axis may point past fewer rows
+        with pytest.raises(IndexError):
+            reference(*new_args)
+        return
     assert step.cache_info().misses == 1 + (batch == 1)       # no new compile, but for a batch of one
-    want = mj.compile_loss(fn, backend="interp", static_shapes=True)(*new_args)
+    want = reference(*new_args)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-12)
     for g, w in zip(mj.pytree.flatten(got[1])[0], mj.pytree.flatten(want[1])[0]):
         np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
