@@ -47,6 +47,8 @@ def _external(module, name: str, arguments: int):
 
 _dgemm = _external(cython_blas, "dgemm", 13)
 _sgemm = _external(cython_blas, "sgemm", 13)
+_dgemv = _external(cython_blas, "dgemv", 11)
+_sgemv = _external(cython_blas, "sgemv", 11)
 _dtrsm = _external(cython_blas, "dtrsm", 11)
 _strsm = _external(cython_blas, "strsm", 11)
 _dtrmm = _external(cython_blas, "dtrmm", 11)
@@ -104,7 +106,8 @@ def _blas_operand(x):
 @numba.njit(**JIT)
 def gemm(a, b, out):
     """``out = a @ b`` for matrices that are C-ordered or transposed views of C-ordered ones:
-    column-major ``out^T = b^T a^T``."""
+    column-major ``out^T = b^T a^T``; a matrix times a vector through ``gemv`` (BLAS's ``gemm``
+    takes 3-4x longer over a single column)."""
     m, k = a.shape
     n = b.shape[1]
     if m == 0 or n == 0:
@@ -112,16 +115,39 @@ def gemm(a, b, out):
     if k == 0:
         out[:] = 0
         return
-    (ta, lda), (tb, ldb) = _blas_operand(a), _blas_operand(b)
-    char, int32 = np.uint8(0), np.int32(0)
-    args = (_by_reference(tb, char), _by_reference(ta, char), _by_reference(n, int32), _by_reference(m, int32),
-            _by_reference(k, int32), _by_reference(1, out), b.ctypes, _by_reference(ldb, int32), a.ctypes,
-            _by_reference(lda, int32), _by_reference(0, out), out.ctypes,
-            _by_reference(out.strides[0] // out.itemsize, int32))
-    if out.itemsize == 8:
-        _dgemm(*args)
+    if n == 1:
+        _gemv(a, b[:, 0], out[:, 0])
+    elif m == 1:
+        _gemv(b.T, a[0], out[0])
     else:
-        _sgemm(*args)
+        (ta, lda), (tb, ldb) = _blas_operand(a), _blas_operand(b)
+        char, int32 = np.uint8(0), np.int32(0)
+        args = (_by_reference(tb, char), _by_reference(ta, char), _by_reference(n, int32), _by_reference(m, int32),
+                _by_reference(k, int32), _by_reference(1, out), b.ctypes, _by_reference(ldb, int32), a.ctypes,
+                _by_reference(lda, int32), _by_reference(0, out), out.ctypes,
+                _by_reference(out.strides[0] // out.itemsize, int32))
+        if out.itemsize == 8:
+            _dgemm(*args)
+        else:
+            _sgemm(*args)
+
+
+@numba.njit(**JIT)
+def _gemv(a, x, y):
+    """``y = a @ x``: BLAS sees a C-ordered ``a`` as its transpose ('T' undoes it), a transposed
+    view as itself ('N')."""
+    m, k = a.shape
+    flag, lda = _blas_operand(a)
+    size, char, int32 = y.itemsize, np.uint8(0), np.int32(0)
+    trans, rows, columns = (ord("T"), k, m) if flag == ord("N") else (ord("N"), m, k)
+    args = (_by_reference(trans, char), _by_reference(rows, int32), _by_reference(columns, int32),
+            _by_reference(1, y), a.ctypes, _by_reference(lda, int32), x.ctypes,
+            _by_reference(max(x.strides[0] // size, 1), int32), _by_reference(0, y), y.ctypes,
+            _by_reference(max(y.strides[0] // size, 1), int32))
+    if size == 8:
+        _dgemv(*args)
+    else:
+        _sgemv(*args)
 
 
 @numba.njit(**JIT)

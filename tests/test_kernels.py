@@ -111,7 +111,8 @@ def _gemm(a, b, out):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_the_kernels_gemm_agrees_with_numpy_for_every_transposition_and_degenerate_shape(dtype):
     rng = np.random.default_rng(1)
-    for m, k, n in [(4, 8, 16), (1, 1, 1), (3, 0, 2), (0, 3, 2), (5, 1, 7), (1, 6, 1), (7, 3, 1), (1, 5, 4)]:
+    for m, k, n in [(4, 8, 16), (1, 1, 1), (3, 0, 2), (0, 3, 2), (5, 1, 7), (1, 6, 1), (7, 3, 1), (1, 5, 4), (9, 16, 1),
+                    (1, 16, 9), (1, 0, 3)]:
         a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
         for a_view in (a, a.T.copy().T):        # C-ordered (strides as numba.carray gives), or a transposed view
             for b_view in (b, b.T.copy().T):
