@@ -25,7 +25,7 @@ class Substitutes:
         self._own: dict[tuple[object, str], object] = {}
         self._providers: dict[str, str] = {}
         self._running = 0
-        self._lock = threading.RLock()   # a provider loaded under it registers
+        self._lock = threading.Lock()
 
     def register(self, owner, name: str, substitute) -> None:
         """While active, ``owner.name`` is ``substitute`` (a module's function or a class's method)."""
