@@ -131,17 +131,27 @@ ROWS_PER_CALL = 8192
 def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, *blocks):
     """The loss and gradients of one chunk, each piece of ``rows_per_call`` rows weighted by its
     rows times ``row_weight`` (a mean-type loss), or added (``None``: a sum over rows). Pieces
-    that fit in the cache are read from memory once for the forward and backward passes."""
+    that fit in the cache are read from memory once for the forward and backward passes; the
+    pieces' results are added in place, in order (a worker makes hundreds of calls per chunk)."""
     loss = compiled_loss(shipped)
     rows = len(blocks[0])
     step = rows_per_call or rows
-    parts = []
+    value, sums = 0.0, None
     for start in range(0, max(rows, 1), step):
         piece = [b[start:start + step] for b in blocks]
-        weight = 1.0 if row_weight is None else len(piece[0]) * row_weight
-        value, grads = loss(params, *piece)
-        parts.append((weight * float(value), [np.asarray(g * g.dtype.type(weight)) for g in pytree.flatten(grads)[0]]))
-    return add_parts(*parts)
+        piece_value, grads = loss(params, *piece)
+        leaves = pytree.flatten(grads)[0]
+        if row_weight is not None:
+            weight = len(piece[0]) * row_weight
+            piece_value = weight * piece_value
+            leaves = [g * g.dtype.type(weight) for g in leaves]
+        value += float(piece_value)
+        if sums is None:
+            sums = [np.array(g, copy=True) for g in leaves]      # 0-d stay arrays
+        else:
+            for total, g in zip(sums, leaves):
+                np.add(total, g, out=total)
+    return value, sums
 
 
 def group_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, chunks: list,
