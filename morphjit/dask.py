@@ -192,7 +192,8 @@ class DatasetLoss:
             futures = [self.client.submit(ResidentChunks, self._shipped, self.row_weight, self.rows_per_call,
                                           self.group_chunks(group), actor=True, pure=False)
                        for group in self.groups]
-            self._residents = self.client.gather(futures)
+            with self.client.as_current():   # an actor calls through the client current when it is made
+                self._residents = self.client.gather(futures)
         return self._residents
 
     def evaluate(self, params):

@@ -123,6 +123,25 @@ def worker_backends(token):
     return mjw._compiled[token].backend if token in mjw._compiled else None
 
 
+def test_a_client_that_is_not_the_default_serves_the_calls(client):
+    """Dask binds an actor to the client current when it is made: made under the default client,
+    the actors of a loss given another one waited forever on their first call."""
+    params, x, y = problem()
+    with distributed.Client(client.scheduler.address, set_as_default=False) as other:
+        loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250),
+                                client=other)
+        result = {}
+        caller = threading.Thread(target=lambda: result.update(call=loss(params)), daemon=True)
+        caller.start()
+        caller.join(120)
+        assert not caller.is_alive(), "the call did not return in 120 s"
+        value, grads = result["call"]
+        expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+        assert value == pytest.approx(expected_value, rel=1e-12)
+        assert_same(grads, expected_grads)
+        assert loss.fallbacks == 0                        # the actors answered, not the task fallback
+
+
 def test_compile_options_travel_with_the_loss(client):
     params, x, y = problem()
     loss = mjd.dataset_loss(mj.compile_loss(logistic, backend="interp"), da.from_array(x, chunks=500),
