@@ -142,6 +142,19 @@ def test_a_client_that_is_not_the_default_serves_the_calls(client):
         assert loss.fallbacks == 0                        # the actors answered, not the task fallback
 
 
+def thread_sampled_inside_and_after_unsampled_block():
+    """On a worker, in a task: is this thread among those the profiler samples, inside and after
+    ``unsampled_by_profiler``?"""
+    worker, ident = distributed.get_worker(), threading.get_ident()
+    with mjw.unsampled_by_profiler():
+        inside = ident in worker.active_threads
+    return inside, ident in worker.active_threads
+
+
+def test_an_actor_call_is_left_out_of_the_worker_profiler(client):
+    assert client.submit(thread_sampled_inside_and_after_unsampled_block, pure=False).result() == (False, True)
+
+
 def test_compile_options_travel_with_the_loss(client):
     params, x, y = problem()
     loss = mjd.dataset_loss(mj.compile_loss(logistic, backend="interp"), da.from_array(x, chunks=500),
