@@ -86,6 +86,24 @@ def test_uneven_chunks_give_the_single_process_result(client, fn, reduction, row
     np.testing.assert_array_equal(held_y.compute(), y)
 
 
+def test_a_float32_loss_is_added_in_float64(client):
+    """Each piece's float32 loss, weighted by its rows, is added in float64, as one process adding
+    the same pieces would."""
+    params, x, y = problem()
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    x, y = x.astype(np.float32), y.astype(np.float32)
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250),
+                            rows_per_call=64)
+    value, grads = loss(params)
+    local, expected = mj.compile_loss(logistic), 0.0
+    for first, end in zip(np.cumsum((0,) + UNEVEN), np.cumsum(UNEVEN)):
+        for start in range(first, end, 64):
+            stop = min(start + 64, end)
+            expected += (stop - start) / len(x) * float(local(params, x[start:stop], y[start:stop])[0])
+    assert value == pytest.approx(expected, rel=1e-12)
+    assert grads["w"].dtype == np.float32
+
+
 def test_chunks_are_spread_evenly_over_the_workers(client):
     params, x, y = problem(rows=1000)
     loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
