@@ -68,6 +68,10 @@ def connected_client(client=None):
         except ValueError:
             raise ValueError("mj.dask needs a dask.distributed Client: create one "
                              "(distributed.Client(...) or LocalCluster) or pass client=") from None
+    if client.asynchronous:
+        raise ValueError("mj.dask calls the cluster synchronously and cannot run inside the client's event loop: "
+                         "pass a Client made without asynchronous=True, or call mj.dask from a thread "
+                         "(await loop.run_in_executor(None, ...) in async code)")
     if client.id not in _checked_clients:
         check_versions(client)
         _checked_clients.add(client.id)

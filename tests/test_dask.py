@@ -1,6 +1,7 @@
 """mj.dask on a LocalCluster of 2 single-threaded worker processes: the loss and gradients over
 chunked data, and data-parallel training, equal the single-process results; lost and restarted
 workers and cold worker caches change nothing; version mismatches are refused."""
+import asyncio
 import dataclasses
 import os
 import signal
@@ -171,6 +172,20 @@ def thread_sampled_inside_and_after_unsampled_block():
 
 def test_an_actor_call_is_left_out_of_the_worker_profiler(client):
     assert client.submit(thread_sampled_inside_and_after_unsampled_block, pure=False).result() == (False, True)
+
+
+def test_an_asynchronous_client_is_refused_with_what_to_do(client):
+    params, x, y = problem()
+
+    async def in_the_event_loop():
+        async with distributed.Client(client.scheduler.address, asynchronous=True) as async_client:
+            for make in (lambda: mjd.dataset_loss(logistic, da.from_array(x), da.from_array(y), client=async_client),
+                         lambda: mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x),
+                                                   da.from_array(y), client=async_client)):
+                with pytest.raises(ValueError, match="asynchronous=True.*run_in_executor"):
+                    make()
+
+    asyncio.run(in_the_event_loop())
 
 
 def test_compile_options_travel_with_the_loss(client):
