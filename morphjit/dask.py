@@ -109,6 +109,9 @@ def check_data(data) -> list:
             raise ValueError(f"data argument {k} needs a known leading (batch) extent; got shape {x.shape} "
                              f"(for a dataframe use .to_dask_array(lengths=True))")
     rows = data[0].shape[0]
+    if rows == 0:
+        raise ValueError(f"the data have no rows (data argument 0 has shape {data[0].shape}): mj.dask needs at "
+                         f"least one row to compute a loss over")
     for k, x in enumerate(data[1:], 1):
         if x.shape[0] != rows:
             raise ValueError(f"data argument 0 has {rows} rows but data argument {k} has {x.shape[0]}: "

@@ -322,6 +322,10 @@ def test_bad_data_and_options_are_refused(client):
         mjd.dataset_loss(logistic, da.from_array(x), y)
     with pytest.raises(ValueError, match="1003 rows but data argument 1 has 1000"):
         mjd.dataset_loss(logistic, da.from_array(x), da.from_array(y[:1000]))
+    for make in (lambda *data: mjd.dataset_loss(logistic, *data),
+                 lambda *data: mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, *data)):
+        with pytest.raises(ValueError, match=r"no rows \(data argument 0 has shape \(0, 5\)\)"):
+            make(da.from_array(x[:0]), da.from_array(y[:0]))
     with pytest.raises(ValueError, match="reduction must be one of"):
         mjd.dataset_loss(logistic, da.from_array(x), da.from_array(y), reduction="median")
     with pytest.raises(ValueError, match="argnums=0"):
