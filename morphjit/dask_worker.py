@@ -7,7 +7,9 @@ task's result is a part, ``(weighted loss, list of weighted arrays)``; parts are
 from __future__ import annotations
 
 import hashlib
+import inspect
 import threading
+import types
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -57,6 +59,7 @@ class Shipped:
     options: dict       # compile_loss's keyword arguments: backend, cache, static_shapes
     versions: dict
     token: str
+    files: dict         # the source file of each function shipped, by qualified name
 
     @classmethod
     def of(cls, loss) -> "Shipped":
@@ -75,7 +78,8 @@ class Shipped:
             raise TypeError(f"loss must be a function or mj.compile_loss of one, got {type(loss).__name__}")
         payload = cloudpickle.dumps(fn)
         token = hashlib.sha256(payload + repr(sorted(options.items())).encode()).hexdigest()[:24]
-        return cls(payload, options, versions(), token)
+        files = {f.__qualname__: f.__code__.co_filename for f in reachable_functions(fn)}
+        return cls(payload, options, versions(), token, files)
 
 
 _compiled: dict = {}              # on a worker: (token, kind) -> compiled loss or optimiser state
@@ -93,7 +97,7 @@ def compiled(shipped: Shipped, key, make):
             problem = mismatch(shipped.versions, versions())
             if problem:
                 raise VersionMismatch(f"this worker runs {problem}; install the client's versions")
-            made = _compiled[key] = make(unpickled(shipped.payload))
+            made = _compiled[key] = make(unpickled(shipped))
         return made
 
 
@@ -107,14 +111,59 @@ def compiled_train_step(shipped: Shipped, optimizer: Optimizer) -> TrainStep:
                     lambda fn: train_step(fn, optimizer, **shipped.options))
 
 
-def unpickled(payload: bytes):
+def unpickled(shipped: Shipped):
+    """The shipped function, its code (and that of the functions it calls) named after its source
+    file again, so that errors raised on the worker point at the user's file and line."""
     try:
-        return cloudpickle.loads(payload)
+        fn = cloudpickle.loads(shipped.payload)
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(
             f"this worker cannot import {error.name!r}, where the loss function is defined; define it in "
             f"your script or notebook (shipped by value), install that module on the workers, or call "
             f"cloudpickle.register_pickle_by_value({error.name}) on the client") from error
+    for f in reachable_functions(fn):
+        filename = shipped.files.get(f.__qualname__)
+        if filename and f.__code__.co_filename == SHIPPED_FILENAME:
+            f.__code__ = with_filename(f.__code__, filename)
+    return fn
+
+
+SHIPPED_FILENAME = "<dynamic-code>"   # cloudpickle's file name for the code it ships by value
+
+
+def reachable_functions(fn):
+    """``fn`` and the Python functions of its module it reaches through its globals and closure
+    cells, each once."""
+    seen, todo = set(), [fn]
+    while todo:
+        f = todo.pop()
+        if not inspect.isfunction(f) or f.__module__ != fn.__module__ or id(f) in seen:
+            continue
+        seen.add(id(f))
+        yield f
+        todo.extend(f.__globals__.get(name) for name in global_names(f.__code__))
+        todo.extend(cell_contents(cell) for cell in f.__closure__ or ())
+
+
+def cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:   # a cell not filled yet
+        return None
+
+
+def global_names(code: types.CodeType) -> set[str]:
+    """The names ``code`` and the code nested in it (comprehensions, lambdas) may look up."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= global_names(const)
+    return names
+
+
+def with_filename(code: types.CodeType, filename: str) -> types.CodeType:
+    consts = tuple(with_filename(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def worker_cache_info(token: str):

@@ -188,6 +188,26 @@ def test_an_asynchronous_client_is_refused_with_what_to_do(client):
     asyncio.run(in_the_event_loop())
 
 
+def linear(params, x):
+    return x @ params["w"] + params["b"]
+
+
+def logistic_through_a_helper(params, x, y):
+    return mj.mean(mj.log1p(mj.exp(-y * linear(params, x))))
+
+
+def test_an_error_on_a_worker_points_at_the_users_file_and_line(client):
+    """cloudpickle ships a function's code under the file name ``<dynamic-code>``; the worker gives
+    it back its file, so that an error names the user's file, line and source."""
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic_through_a_helper, da.from_array(x, chunks=500), da.from_array(y, chunks=500))
+    with pytest.raises(mj.ShapeError) as error:
+        loss({"w": np.zeros(4), "b": np.array(0.0)})
+    line = linear.__code__.co_firstlineno + 1
+    assert f"{__file__}:{line} in linear: return x @ params[\"w\"]" in str(error.value)
+    assert "<dynamic-code>" not in str(error.value)
+
+
 def test_compile_options_travel_with_the_loss(client):
     params, x, y = problem()
     loss = mjd.dataset_loss(mj.compile_loss(logistic, backend="interp"), da.from_array(x, chunks=500),
