@@ -22,6 +22,7 @@ the same arithmetic in the same order, so the result does not change.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -169,6 +170,7 @@ class DatasetLoss:
         self.row_weight = 1 / self.rows if reduction == "mean" else None
         self._shipped = ship(self.client, self.shipped)
         self._residents = None
+        self._residents_lock = threading.Lock()   # calls from several threads make one set of actors
         self.fallbacks = 0          # calls made again by tasks because an actor failed
 
     def arrays(self) -> list:
@@ -195,13 +197,14 @@ class DatasetLoss:
     def residents(self) -> list:
         """The actors holding the groups of chunks, one per group on the worker holding its
         chunks; made again from the chunks' futures after a fault (Dask recomputes lost chunks)."""
-        if self._residents is None:
-            futures = [self.client.submit(ResidentChunks, self._shipped, self.row_weight, self.rows_per_call,
-                                          self.group_chunks(group), actor=True, pure=False)
-                       for group in self.groups]
-            with self.client.as_current():   # an actor calls through the client current when it is made
-                self._residents = self.client.gather(futures)
-        return self._residents
+        with self._residents_lock:
+            if self._residents is None:
+                futures = [self.client.submit(ResidentChunks, self._shipped, self.row_weight, self.rows_per_call,
+                                              self.group_chunks(group), actor=True, pure=False)
+                           for group in self.groups]
+                with self.client.as_current():   # an actor calls through the client current when it is made
+                    self._residents = self.client.gather(futures)
+            return self._residents
 
     def evaluate(self, params):
         """``(loss, gradient leaves)``: each worker's actor adds its chunks' parts, the client
@@ -212,8 +215,9 @@ class DatasetLoss:
             calls = [resident.part(params) for resident in self.residents()]
             parts = [call.result() for call in calls]
         except Exception:
-            self._residents = None
-            self.fallbacks += 1
+            with self._residents_lock:
+                self._residents = None
+                self.fallbacks += 1
             return self.submit(params).result()
         return add_parts(*parts)
 

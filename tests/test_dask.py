@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -206,6 +207,32 @@ def test_an_error_on_a_worker_points_at_the_users_file_and_line(client):
     line = linear.__code__.co_firstlineno + 1
     assert f"{__file__}:{line} in linear: return x @ params[\"w\"]" in str(error.value)
     assert "<dynamic-code>" not in str(error.value)
+
+
+def test_first_calls_from_several_threads_make_one_set_of_actors(client, monkeypatch):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250))
+    actors, submit = [], client.submit
+
+    def counting_submit(fn, *args, **kwargs):
+        if kwargs.get("actor"):
+            actors.append(fn)
+        return submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(client, "submit", counting_submit)
+    start = threading.Barrier(4)
+
+    def first_call(_):
+        start.wait()
+        return loss(params)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(first_call, range(4)))
+    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
+    for value, grads in results:
+        assert value == pytest.approx(expected_value, rel=1e-12)
+        assert_same(grads, expected_grads)
+    assert len(actors) == len(loss.groups) and loss.fallbacks == 0
 
 
 def test_compile_options_travel_with_the_loss(client):
