@@ -181,26 +181,22 @@ ROWS_PER_CALL = 8192
 def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, *blocks):
     """The loss and gradients of one chunk, each piece of ``rows_per_call`` rows weighted by its
     rows times ``row_weight`` (a mean-type loss), or added (``None``: a sum over rows). Pieces
-    that fit in the cache are read from memory once for the forward and backward passes; the
-    pieces' results are added in place, in order (a worker makes hundreds of calls per chunk)."""
+    that fit in the cache are read from memory once for the forward and backward passes; their
+    results are added as they come (a worker makes hundreds of calls per chunk)."""
     loss = compiled_loss(shipped)
     rows = len(blocks[0])
     step = rows_per_call or rows
-    value, sums = 0.0, None
-    for start in range(0, max(rows, 1), step):
+
+    def piece_part(start):
         piece = [b[start:start + step] for b in blocks]
-        piece_value, grads = loss(params, *piece)
+        value, grads = loss(params, *piece)
         leaves = pytree.flatten(grads)[0]
-        weight = 1.0 if row_weight is None else len(piece[0]) * row_weight
-        value += weight * float(piece_value)              # in float64 whatever the loss's dtype
-        if row_weight is not None:
-            leaves = [g * g.dtype.type(weight) for g in leaves]
-        if sums is None:
-            sums = [np.array(g, copy=True) for g in leaves]      # 0-d stay arrays
-        else:
-            for total, g in zip(sums, leaves):
-                np.add(total, g, out=total)
-    return value, sums
+        if row_weight is None:
+            return float(value), leaves
+        weight = len(piece[0]) * row_weight
+        return weight * float(value), [g * g.dtype.type(weight) for g in leaves]   # the value in float64
+
+    return sum_parts(map(piece_part, range(0, max(rows, 1), step)))
 
 
 def group_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, chunks: list,
@@ -261,9 +257,15 @@ def unsampled_by_profiler():
 
 
 def add_parts(*parts):
-    """The sum of several parts, in the order given (so a recomputation repeats it bit for bit)."""
-    value, grads = parts[0][0], [np.array(g, copy=True) for g in parts[0][1]]   # 0-d stay arrays
-    for other_value, other_grads in parts[1:]:
+    return sum_parts(parts)
+
+
+def sum_parts(parts):
+    """The sum of parts, taken in the order they come (so a recomputation repeats it bit for bit)."""
+    parts = iter(parts)
+    value, grads = next(parts)
+    grads = [np.array(g, copy=True) for g in grads]   # 0-d stay arrays
+    for other_value, other_grads in parts:
         value += other_value
         for g, h in zip(grads, other_grads):
             np.add(g, h, out=g)
