@@ -67,6 +67,14 @@ def assert_same(actual, expected, tol=1e-12):
         np.testing.assert_allclose(actual[k], expected[k], rtol=tol, atol=tol, err_msg=k)
 
 
+def assert_single_process_result(result, fn, params, x, y):
+    """``result``, ``(loss, grads)``, is what one process computes on all of ``x``, ``y``."""
+    value, grads = result
+    expected_value, expected_grads = mj.compile_loss(fn)(params, x, y)
+    assert value == pytest.approx(expected_value, rel=1e-12)
+    assert_same(grads, expected_grads)
+
+
 def test_import_morphjit_does_not_import_dask():
     code = "import sys, morphjit; assert 'dask' not in sys.modules and 'distributed' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -155,10 +163,7 @@ def test_a_client_that_is_not_the_default_serves_the_calls(client):
         caller.start()
         caller.join(120)
         assert not caller.is_alive(), "the call did not return in 120 s"
-        value, grads = result["call"]
-        expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
-        assert value == pytest.approx(expected_value, rel=1e-12)
-        assert_same(grads, expected_grads)
+        assert_single_process_result(result["call"], logistic, params, x, y)
         assert loss.fallbacks == 0                        # the actors answered, not the task fallback
 
 
@@ -228,10 +233,8 @@ def test_first_calls_from_several_threads_make_one_set_of_actors(client, monkeyp
 
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(first_call, range(4)))
-    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
-    for value, grads in results:
-        assert value == pytest.approx(expected_value, rel=1e-12)
-        assert_same(grads, expected_grads)
+    for result in results:
+        assert_single_process_result(result, logistic, params, x, y)
     assert len(actors) == len(loss.groups) and loss.fallbacks == 0
 
 
@@ -239,10 +242,7 @@ def test_compile_options_travel_with_the_loss(client):
     params, x, y = problem()
     loss = mjd.dataset_loss(mj.compile_loss(logistic, backend="interp"), da.from_array(x, chunks=500),
                             da.from_array(y, chunks=500))
-    value, grads = loss(params)
-    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
-    assert value == pytest.approx(expected_value, rel=1e-12)
-    assert_same(grads, expected_grads)
+    assert_single_process_result(loss(params), logistic, params, x, y)
     assert set(client.run(worker_backends, loss.shipped.token).values()) - {None} == {"interp"}
 
 
@@ -306,11 +306,9 @@ def test_a_restarted_worker_loads_the_step_from_its_disk_cache(two_workers):
     client.restart_workers([restarted])
     client.wait_for_workers(2, timeout=60)
     for _ in range(2):                                        # by tasks, then by new actors
-        value, grads = loss(params)
+        result = loss(params)
     assert loss.fallbacks == 1
-    expected_value, expected_grads = mj.compile_loss(logistic)(params, x, y)
-    assert value == pytest.approx(expected_value, rel=1e-12)
-    assert_same(grads, expected_grads)
+    assert_single_process_result(result, logistic, params, x, y)
     fresh = [info for info in loss.worker_cache_info().values() if info is not None and info.disk_loads]
     assert fresh, "the restarted worker should have loaded the step from the disk cache"
 
@@ -331,14 +329,12 @@ def test_a_cold_worker_cache_compiles(client, tmp_path):
         client.run(set_cache_dir, str(tmp_path / str(k)), workers=[worker])
     try:
         loss = mjd.dataset_loss(scaled, da.from_array(x, chunks=300), da.from_array(y, chunks=300))
-        value, grads = loss(params)
+        result = loss(params)
         entries = client.run(lambda: mj.cache_info().entries)
     finally:
         for worker, directory in old.items():
             client.run(set_cache_dir, directory, workers=[worker])
-    expected_value, expected_grads = mj.compile_loss(scaled)(params, x, y)
-    assert value == pytest.approx(expected_value, rel=1e-12)
-    assert_same(grads, expected_grads)
+    assert_single_process_result(result, scaled, params, x, y)
     infos = [info for info in loss.worker_cache_info().values() if info is not None]
     assert infos and all(info.misses == 1 and info.disk_loads == 0 for info in infos)
     assert sum(n >= 1 for n in entries.values()) == len(infos)          # each wrote its own entry
