@@ -18,6 +18,7 @@ import scipy.optimize
 
 import morphjit as mj
 
+dask = pytest.importorskip("dask", reason="mj.dask needs dask: pip install 'morphjit[dask]'")
 da = pytest.importorskip("dask.array", reason="mj.dask needs dask: pip install 'morphjit[dask]'")
 distributed = pytest.importorskip("distributed", reason="mj.dask needs distributed: pip install 'morphjit[dask]'")
 cloudpickle = pytest.importorskip("cloudpickle")
@@ -39,8 +40,11 @@ def squared_sum(params, x, y):
 
 @pytest.fixture(scope="module")
 def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
+    # A LocalCluster closes for good a worker whose nanny has not brought it back within
+    # lost-worker-timeout (15 s); on a loaded machine a killed worker takes longer to restart.
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "10 minutes"}), \
+            distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                     silence_logs=50) as cluster, distributed.Client(cluster) as client:
         yield client
 
 
