@@ -9,8 +9,11 @@ over all rows and in pieces of the same size, to tell that gain from the distrib
 The data set is ``rows`` x ``features`` float64, labels in {0, 1}; the loss is dask-glm's
 logistic negative log-likelihood (a sum over rows), so the three compute the same numbers. The
 cluster's data are made on the workers and held there (mj.dask spreads the chunks evenly; dask-glm
-reads the same chunks); the one-process data are made in this process. The cases take turns, ``--repeat`` rounds, and the medians are reported (the machine may
-be shared: say how loaded it was when you quote them).
+reads the same chunks); the one-process data are made in this process. The cases take turns,
+``--repeat`` rounds; the medians are reported, and each speed-up both as the ratio of the medians
+and round by round (one process's time over the case's in the same round: the machine's speed
+drifts by tens of percent from minute to minute, which the ratio of two calls a moment apart
+mostly cancels). The machine may be shared: say how loaded it was when you quote them.
 
 Two more measurements explain the figures: where a call's fixed cost goes (``--round-trips``:
 Dask's round trips on a tiny data set, wall and client CPU time per call) and the memory
@@ -82,9 +85,9 @@ def dask_glm_evaluation(client, x, y):
     return evaluate
 
 
-def medians(cases: dict, repeat: int, cpu: dict | None = None) -> dict:
-    """Each case called once per round, ``repeat`` rounds after a warm-up; median seconds (and,
-    into ``cpu``, each case's mean CPU seconds of this process, all its threads)."""
+def rounds(cases: dict, repeat: int, cpu: dict | None = None) -> dict[str, list[float]]:
+    """Each case called once per round, ``repeat`` rounds after a warm-up; seconds per round
+    (and, into ``cpu``, each case's mean CPU seconds of this process, all its threads)."""
     times = {name: [] for name in cases}
     cpu_times = dict.fromkeys(cases, 0.0)
     for fn in cases.values():
@@ -97,7 +100,18 @@ def medians(cases: dict, repeat: int, cpu: dict | None = None) -> dict:
             cpu_times[name] += (time.process_time() - start_cpu) / repeat
     if cpu is not None:
         cpu.update(cpu_times)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
+
+
+def medians(cases: dict, repeat: int, cpu: dict | None = None) -> dict[str, float]:
+    """The median seconds of each case over ``rounds``."""
+    return {name: statistics.median(t) for name, t in rounds(cases, repeat, cpu).items()}
+
+
+def speed_ups(times: dict[str, list[float]], base: str, name: str) -> list[float]:
+    """``base``'s time over ``name``'s, round by round: the two ran a moment apart, so the ratio
+    is spared most of the machine's drift from round to round."""
+    return sorted(b / t for b, t in zip(times[base], times[name]))
 
 
 def full_gradient(client, rows, features, chunk, repeat, workers):
@@ -114,7 +128,7 @@ def full_gradient(client, rows, features, chunk, repeat, workers):
     local = mj.compile_loss(logistic_nll)
     cases["morphjit, one process"] = lambda: local(beta, xl, yl)
     cases[f"morphjit, one process, {ROWS_PER_CALL}-row calls"] = lambda: in_pieces(local, beta, xl, yl)
-    result = medians(cases, repeat)
+    result = rounds(cases, repeat)
     del xl, yl
     return result
 
@@ -206,12 +220,16 @@ def main(argv=None):
     with LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None,
                       silence_logs=50) as cluster, Client(cluster) as client:
         print(f"load average at start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-        result = full_gradient(client, args.rows, args.features, args.chunk, args.repeat, args.workers)
+        times = full_gradient(client, args.rows, args.features, args.chunk, args.repeat, args.workers)
+        result = {name: statistics.median(t) for name, t in times.items()}
         local = result["morphjit, one process"]
         print(f"\nloss and gradient of a {args.rows:,} x {args.features} logistic regression "
-              f"(float64, {args.chunk:,}-row chunks), median of {args.repeat}:")
+              f"(float64, {args.chunk:,}-row chunks), median of {args.repeat} "
+              f"(speed-up: of the medians; round by round, median and range):")
         for name, seconds in result.items():
-            print(f"  {name:32s} {seconds * 1e3:9.1f} ms   {local / seconds:5.2f}x one process")
+            paired = speed_ups(times, "morphjit, one process", name)
+            print(f"  {name:38s} {seconds * 1e3:9.1f} ms   {local / seconds:5.2f}x one process   "
+                  f"(rounds {statistics.median(paired):.2f}x, {paired[0]:.2f}-{paired[-1]:.2f})")
         sizes = [int(s) for s in args.break_even.split(",") if s]
         if sizes:
             print(f"\nbreak-even: rows per evaluation, one process against {args.workers} workers (ms):")
