@@ -71,8 +71,8 @@ class NativeStep:
     def __call__(self, *leaves, out=None):
         """Run the step; ``out`` (checked by the caller) receives the outputs after the first (the
         gradients or the updated arrays); the others (aux values) are allocated."""
-        inputs = [x if type(x) is np.ndarray and x.dtype is dtype and x.ndim and x.flags.c_contiguous
-                  else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
+        inputs = [x if type(x) is np.ndarray and (x.dtype is dtype or x.dtype == dtype) and x.ndim
+                  and x.flags.c_contiguous else prepare(x, dtype) for x, dtype in zip(leaves, self.input_dtypes)]
         batch = None if self.batched is None else inputs[self.batched].shape[0]
         given = [] if out is None else list(out)
         outputs = [np.empty(evaluate(shape, batch), dtype) for shape, dtype in self.output_buffers]
@@ -264,10 +264,10 @@ class FastPath(Source):
         shape, _ = signature
         if batch is None:
             self.env[f"P{k}"] = shape
-            self.line(f"if type({name}) is not ndarray or {name}.shape != P{k} or {name}.dtype is not D{k}: return None")
+            self.line(f"if type({name}) is not ndarray or {name}.shape != P{k} or {other_dtype(name, f'D{k}')}: return None")
         else:   # the trailing extents compared one by one: cheaper than slicing the shape
             trailing = "".join(f" or s[{i}] != {d}" for i, d in enumerate(shape[1:], 1))
-            self.line(f"if type({name}) is not ndarray or {name}.dtype is not D{k}: return None")
+            self.line(f"if type({name}) is not ndarray or {other_dtype(name, f'D{k}')}: return None")
             self.line(f"s = {name}.shape")
             self.line(f"if len(s) != {len(shape)}{trailing}: return None")
             if batch == "define":   # a batch of one has a step of its own (compiler.batched_leaves)
@@ -334,6 +334,13 @@ class FastPath(Source):
     def function(self):
         exec("\n".join(self.lines), self.env)
         return self.env["fast"]
+
+
+def other_dtype(name: str, dtype: str) -> str:
+    """The expression: array ``name``'s dtype is not ``dtype``. Identity is the cheap test, but
+    equal dtypes need not be one object: an unpickled array (multiprocessing, joblib, Dask's
+    transfers) has a copy of its dtype, which must not lose the fast path."""
+    return f"({name}.dtype is not {dtype} and {name}.dtype != {dtype})"
 
 
 class Unspellable(Exception):
@@ -408,7 +415,7 @@ def check_out_arrays(src: FastPath, inputs: list[str], targets: list[str]) -> No
         # byte ranges and raises.
         aliased = "".join(f" or {x} is {name} or {x}.base is {name}" for x in inputs) + \
             "".join(f" or {name} is {g}" for g in targets[:k - 1])
-        src.line(f"if type({name}) is not ndarray or {name}.shape != R{k} or {name}.dtype is not T{k} "
+        src.line(f"if type({name}) is not ndarray or {name}.shape != R{k} or {other_dtype(name, f'T{k}')} "
                  f"or not {name}.flags.c_contiguous or not {name}.flags.writeable or {name}.base is not None"
                  f"{aliased}: return None")
         src.line(f"o{k} = {name}.reshape(S{k})")

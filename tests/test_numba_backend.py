@@ -1,4 +1,6 @@
 """The numba backend against the reference executor: every op, the models, random programs."""
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -156,6 +158,42 @@ def test_out_receives_the_gradients(backend):
             np.testing.assert_array_equal(out[k], want[k])
             out[k][...] = np.nan
     assert step.cache_info().misses == 1
+
+
+def unpickled(tree):
+    """``tree`` after a pickle round trip: equal arrays whose dtypes are copies, not NumPy's own
+    objects (as multiprocessing, joblib and Dask's transfers hand them over)."""
+    copy = pickle.loads(pickle.dumps(tree))
+    assert all(a.dtype is not b.dtype for a, b in zip(mj.pytree.flatten(copy)[0], mj.pytree.flatten(tree)[0]))
+    return copy
+
+
+def no_slow_path(*args):
+    raise AssertionError("the call left the fast path")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_unpickled_arrays_take_the_fast_path(dtype, monkeypatch):
+    fn, (params, x, y) = MODELS["mlp2"](dtype)
+    loss, forward = mj.compile_loss(fn), mj.compile(fn)
+    train = mj.train_step(fn, mj.optim.adam(0.01))
+    value, grads = loss(params, x, y)
+    loss(params, x, y, out={k: np.empty_like(v) for k, v in params.items()})
+    forward(params, x, y)
+    trained, state = {k: v.copy() for k, v in params.items()}, train.init(params)
+    train(trained, state, x, y)
+    trained_copy, state_copy = unpickled((trained, state))
+    monkeypatch.setattr(loss, "_step", no_slow_path)
+    monkeypatch.setattr(forward, "_step", no_slow_path)
+    monkeypatch.setattr(train, "_checked_call", no_slow_path)
+    again, again_grads = loss(*unpickled((params, x, y)))
+    assert again == value and all(np.array_equal(again_grads[k], grads[k]) for k in params)
+    copied_dtype = {k: np.empty(v.shape, unpickled(v).dtype) for k, v in params.items()}   # owns its memory
+    loss(*unpickled((params, x, y)), out=copied_dtype)
+    assert all(np.array_equal(copied_dtype[k], grads[k]) for k in params)
+    assert forward(*unpickled((params, x, y))) == value
+    assert train(trained_copy, state_copy, *unpickled((x, y))) == train(trained, state, x, y)
+    assert all(np.array_equal(trained_copy[k], trained[k]) for k in params)
 
 
 def test_out_is_checked():
