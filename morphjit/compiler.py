@@ -17,9 +17,10 @@ import numpy as np
 from . import cache as disk_cache
 from . import feedback, interp, pipeline, pytree
 from .errors import DtypeError, MorphjitError, ShapeError, TracingError
+from .fastpath import fast_call, fast_forward
 from .ir import Program, Specialize, batch_size, evaluate, is_float
 from .pipeline import number_sequences
-from .runtime import NativeStep, fast_call, fast_forward
+from .runtime import NativeStep
 from .static_args import StaticArguments
 from .trace import argument_names
 from .tracebacks import trimmed

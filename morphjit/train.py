@@ -19,10 +19,11 @@ from . import interp, pipeline, pytree
 from .compiler import (BACKENDS, CallSite, CallStats, CompiledLoss, arg_spec, argument_paths, check_plain,
                        label_error, leaf_signature, name_hint)
 from .errors import DtypeError, TracingError
+from .fastpath import fast_update
 from .ir import Program, TensorType, Var, is_float
 from .optim import Optimizer
 from .plan import can_write_in_place, make_plan, write_in_place
-from .runtime import NativeStep, fast_update
+from .runtime import NativeStep
 from .static_args import StaticArguments
 from .trace import Trace, Tracer
 
