@@ -80,11 +80,14 @@ class Fusion:
 
     def _needed_buffers(self, b: Binding) -> list[Var]:
         """Operands that must be arrays: BLAS and LAPACK operands, the source of an alias, what an op
-        reads from buffers (a gather's source and index arrays)."""
+        reads from buffers (a gather's source and index arrays), the arithmetic operands of an exact
+        comparison (so that every loop reading them sees the same bits)."""
         if self.is_alias(b.out):
             return [b.inputs[0]]
         if OPS[b.op].kind == LINALG:
             return [x for x in b.inputs if isinstance(x, Var)]
+        if OPS[b.op].exact:
+            return [x for x in b.inputs if isinstance(x, Var) and self.cost(x) > 0]
         if OPS[b.op].buffered is not None:
             return [x for x in OPS[b.op].buffered(b, self.producer) if isinstance(x, Var)]
         if OPS[b.op].kind != MATMUL:

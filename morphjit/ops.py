@@ -71,6 +71,10 @@ class Op:
     buffered: Callable[..., list] | None = None
     # LAPACK ops: the core rank of each operand and then of the output (the leading axes batch).
     core: tuple[int, ...] | None = None
+    # Exact comparisons (eq, ne): operands computed by arithmetic are stored, never recomputed.
+    # Fast-math lets LLVM round a recomputation differently in another loop, and the gradient of
+    # a max or min finds the elements that attain it by comparing them with the stored result.
+    exact: bool = False
 
     @property
     def differentiable(self) -> bool:
@@ -171,10 +175,10 @@ def elementwise(name, impl, scalar, vjp, kinds=FLOAT, cost=1):
     return defop(name, ELEMENTWISE, elementwise_rule(name, kinds), impl, vjp, scalar=scalar, cost=cost)
 
 
-def predicate(name, impl, scalar):
+def predicate(name, impl, scalar, exact=False):
     """A non-differentiable element-wise op giving a boolean mask."""
     return defop(name, ELEMENTWISE, elementwise_rule(name, ANY, np.dtype(np.bool_)), impl,
-                 scalar=scalar)
+                 scalar=scalar, exact=exact)
 
 
 elementwise("neg", np.negative, lambda K, x: f"(-{x})",
@@ -286,8 +290,8 @@ predicate("lt", np.less, lambda K, a, b: f"({a} < {b})")
 predicate("le", np.less_equal, lambda K, a, b: f"({a} <= {b})")
 predicate("gt", np.greater, lambda K, a, b: f"({a} > {b})")
 predicate("ge", np.greater_equal, lambda K, a, b: f"({a} >= {b})")
-predicate("eq", np.equal, lambda K, a, b: f"({a} == {b})")
-predicate("ne", np.not_equal, lambda K, a, b: f"({a} != {b})")
+predicate("eq", np.equal, lambda K, a, b: f"({a} == {b})", exact=True)
+predicate("ne", np.not_equal, lambda K, a, b: f"({a} != {b})", exact=True)
 predicate("and", np.logical_and, lambda K, a, b: f"({a} and {b})")
 predicate("or", np.logical_or, lambda K, a, b: f"({a} or {b})")
 predicate("not", np.logical_not, lambda K, a: f"(not {a})")

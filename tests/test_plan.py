@@ -141,6 +141,32 @@ out v8
 """
 
 
+MIN_GRADIENT_PLAN = """\
+plan: 4 instructions (0 gemm, 2 loop, 2 reduce, 0 alias); 3 slots, workspace 88 B (naive 537 B)
+in v0:f64[9]
+  nest over [9]
+    v1:f64[9] [s0] = mul(add(v0[i0], 1.3), 1.581)
+    v2:f64[] [s1] = sum[i0] mul(v0[i0], add(v0[i0], 1.3))
+    v3:f64[] [s2] = min[i0] v1[i0]
+  nest over []
+    v4:f64[] = add(v2[0], v3[0])
+  nest over [9]
+    v5:f64[] [s1] = sum[i0] cast(eq(v1[i0], v3[0]) dtype=f64)
+  nest over [9]
+    v6:f64[9] = add(add(mul(div(cast(eq(v1[i0], v3[0]) dtype=f64), v5[0]), 1.581), add(v0[i0], 1.3)), v0[i0])
+out v4 v6
+"""
+
+
+def test_an_exact_comparison_reads_its_operand_from_a_buffer():
+    # (x + 1.3) * 1.581, cheap enough to recompute, is stored once: the min reduces it and the
+    # gradient's eq compares it with the min, both from that buffer (test_numba_backend runs it).
+    def f(x):
+        return mj.sum(x * (x + 1.3)) + mj.min((x + 1.3) * 1.581)
+
+    assert str(compile_plan(mj.grad_program(f, np.ones(9)))) == MIN_GRADIENT_PLAN
+
+
 def test_softmax_is_one_pass_over_the_rows():
     def f(x, y):
         return mj.sum(mj.softmax(x, axis=1) * y)
