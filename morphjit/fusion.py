@@ -81,13 +81,13 @@ class Fusion:
     def _needed_buffers(self, b: Binding) -> list[Var]:
         """Operands that must be arrays: BLAS and LAPACK operands, the source of an alias, what an op
         reads from buffers (a gather's source and index arrays), the arithmetic operands of an exact
-        comparison (so that every loop reading them sees the same bits)."""
+        comparison of two values (so that every loop reading them sees the same bits)."""
         if self.is_alias(b.out):
             return [b.inputs[0]]
         if OPS[b.op].kind == LINALG:
             return [x for x in b.inputs if isinstance(x, Var)]
-        if OPS[b.op].exact:
-            return [x for x in b.inputs if isinstance(x, Var) and self.cost(x) > 0]
+        if OPS[b.op].exact and all(isinstance(x, Var) for x in b.inputs):
+            return [self.beneath_views(x) for x in b.inputs if self.cost(x) > 0]
         if OPS[b.op].buffered is not None:
             return [x for x in OPS[b.op].buffered(b, self.producer) if isinstance(x, Var)]
         if OPS[b.op].kind != MATMUL:
@@ -107,6 +107,15 @@ class Fusion:
         users = self.consumers[id(b.out)]
         repeated = len(users) > 1 or any(magnitude(u.out.type.size) > magnitude(b.out.type.size) for u in users)
         return repeated and self.cost(b.out) > RECOMPUTE_LIMIT
+
+    def beneath_views(self, v: Var) -> Var:
+        """The value the views that make ``v`` read (``v`` itself when it is not a view): storing
+        it fixes ``v``'s bits without copying, say, every window of a pooling."""
+        b = self.producer.get(id(v))
+        while b is not None and OPS[b.op].index_map is not None and not self.is_root(v):
+            v = b.inputs[0]
+            b = self.producer.get(id(v))
+        return v
 
     def reads_buffers(self, v: Var) -> bool:
         if self.is_root(v):

@@ -71,9 +71,10 @@ class Op:
     buffered: Callable[..., list] | None = None
     # LAPACK ops: the core rank of each operand and then of the output (the leading axes batch).
     core: tuple[int, ...] | None = None
-    # Exact comparisons (eq, ne): operands computed by arithmetic are stored, never recomputed.
-    # Fast-math lets LLVM round a recomputation differently in another loop, and the gradient of
-    # a max or min finds the elements that attain it by comparing them with the stored result.
+    # Exact comparisons (eq, ne): of two values, those computed by arithmetic are stored, never
+    # recomputed. Fast-math lets LLVM round a recomputation differently in another loop, and the
+    # gradient of a max or min finds the elements that attain it by comparing them with the
+    # stored result. (A comparison with a constant is left alone: its ties are not by design.)
     exact: bool = False
 
     @property

@@ -167,6 +167,15 @@ def test_an_exact_comparison_reads_its_operand_from_a_buffer():
     assert str(compile_plan(mj.grad_program(f, np.ones(9)))) == MIN_GRADIENT_PLAN
 
 
+def test_an_exact_comparison_of_windows_stores_what_the_windows_read():
+    def f(b, x):
+        return mj.sum(mj.max_pool2d(mj.relu(x * 1.5 + b), 3, stride=1) ** 2)
+
+    text = str(compile_plan(mj.grad_program(f, np.ones((1, 2, 1, 1)), np.ones((3, 2, 6, 6)))))
+    assert "v3:f64[3,2,6,6] [s0] = relu(add(mul(" in text      # the activation, once
+    assert "[3,2,4,4,3,3] [" not in text                         # not a copy of its windows
+
+
 def test_softmax_is_one_pass_over_the_rows():
     def f(x, y):
         return mj.sum(mj.softmax(x, axis=1) * y)
