@@ -36,7 +36,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 from . import pytree
 from .dask_worker import (ROWS_PER_CALL, ResidentChunks, Shipped, VersionMismatch, add_parts, apply_update,
                           averaged_replica, group_part, identity, local_part, loss_of, mismatch,
-                          replica_part, versions, worker_cache_info)
+                          replica_part, sum_parts, versions, worker_cache_info)
 from .optim import Optimizer
 
 
@@ -219,7 +219,7 @@ class DatasetLoss:
                 self._residents = None
                 self.fallbacks += 1
             return self.submit(params).result()
-        return add_parts(*parts)
+        return sum_parts(parts)
 
     def __call__(self, params):
         """``(loss, grads)`` over the whole data set; ``grads`` is shaped like ``params``."""

@@ -2,7 +2,7 @@
 user's function as shipped (``Shipped``), compiled once per worker process after a version check,
 the tasks of ``dataset_loss`` and ``data_parallel``, and ``dataset_loss``'s per-worker actor. A
 task's result is a part, ``(weighted loss, list of weighted arrays)``; parts are summed with
-``add_parts``.
+``sum_parts`` (``add_parts`` as a task).
 """
 from __future__ import annotations
 
@@ -207,9 +207,9 @@ def group_part(shipped: Shipped, params, row_weight: float | None, rows_per_call
         return chunk_part(shipped, params, row_weight, rows_per_call, *blocks)
 
     if threads == 1 or len(chunks) == 1:
-        return add_parts(*map(part, chunks))
+        return sum_parts(map(part, chunks))
     with ThreadPoolExecutor(min(threads, len(chunks))) as pool:
-        return add_parts(*pool.map(part, chunks))
+        return sum_parts(pool.map(part, chunks))
 
 
 class ResidentChunks:
@@ -257,6 +257,7 @@ def unsampled_by_profiler():
 
 
 def add_parts(*parts):
+    """``sum_parts`` as a Dask task: the parts are its arguments, where Dask passes futures' results."""
     return sum_parts(parts)
 
 
