@@ -11,6 +11,9 @@ kernel's machine code, and the step itself stays one native call, a thin sequenc
 step of a large program is a table of calls instead (``morphjit.table``), which reaches the same
 C entry through a trampoline.
 
+A kernel's data pointers are marked ``noalias`` (`NoAliasCompiler`), so its vector loops have no
+run-time overlap check and which path runs depends on its extents only, never on addresses.
+
 Kernels live as long as the process (a step's machine code holds their addresses).
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 
 from llvmlite import binding as llvm
 from numba import types
+from numba.core import compiler
 
 from . import cache as disk_cache
 
@@ -37,8 +41,22 @@ def source_digest(module: str) -> str:
 
 
 HEADER = ("import math\nimport numpy as np\nimport numba\nfrom morphjit import vecmath as vm\n"
+          "from morphjit.kernels import NoAliasCompiler\n"
           f"from morphjit import npymath as npm  # {source_digest('npymath')}\n\n\n")
 NAME = "kernel"   # the function a kernel's source defines
+
+
+class NoAliasCompiler(compiler.Compiler):
+    """numba's pipeline with every pointer argument marked ``noalias``: a kernel's arrays never
+    share memory it writes (``memory.writes_reach_one_pointer``), and without the mark LLVM
+    checks their distance at run time and runs the scalar loop when they lie close, whose
+    transcendental calls and sums round differently: the bits would depend on where the
+    workspace's buffers happen to lie."""
+
+    def __init__(self, typingctx, targetctx, library, args, return_type, flags, locals):
+        flags = flags.copy()
+        flags.noalias = True
+        super().__init__(typingctx, targetctx, library, args, return_type, flags, locals)
 
 
 @dataclass
