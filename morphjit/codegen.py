@@ -30,7 +30,7 @@ ENTRY = "step"
 LAPACK_IMPORT = f"import morphjit.lapack as lapack  # kernels {kernels.source_digest('lapack')}"
 JIT = "fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, error_model='numpy', boundscheck=False, nogil=True"
 DECORATOR = f"@numba.njit({JIT})"
-KERNEL_DECORATOR = f"@numba.njit({JIT}, pipeline_class=NoAliasCompiler)"   # see kernels.NoAliasCompiler
+KERNEL_DECORATOR = f"@numba.njit({JIT}, no_cpython_wrapper=True, pipeline_class=NoAliasCompiler)"   # see kernels.NoAliasCompiler
 
 
 class Writer:
