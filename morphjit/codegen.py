@@ -258,8 +258,8 @@ class StepWriter(Writer):
 
     def source(self) -> str:
         out = self.out
-        # An output written over an input is stored under the input's name, so LLVM sees one
-        # array (the same pointer), not two it must check for overlap before vectorising.
+        # An output written over an input is stored under the input's name: one array (one
+        # pointer) to LLVM, as a kernel's noalias pointers require (kernels.NoAliasCompiler).
         arguments = self.arguments()
         arg_names = ["P" if isinstance(v, Addresses) else f"u{k}" if id(v) in self.plan.written_over
                      else self.names.name(v) for k, v in enumerate(arguments)]
@@ -423,8 +423,8 @@ def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: li
 
 def same_views(plan: Plan):
     """Pooled values that are one view of one slot (same slot and type), each with the first such
-    value. Named alike, a loop writing in place reads and writes one array in LLVM's eyes, not two
-    whose overlap it checks at run time (the check fails, and the scalar loop runs)."""
+    value. Named alike, a loop writing in place reads and writes one array, one pointer of its
+    kernel: the kernel's pointers are marked noalias (``kernels.NoAliasCompiler``)."""
     first: dict = {}
     for ins in plan.instructions:
         for v in ins.outs:

@@ -96,8 +96,9 @@ def loading(cache: bool):
 
 
 def hold(namespace: dict, taken: list) -> None:
-    """Keep the kernels ``taken`` loaded as long as the step module whose ``namespace`` it is."""
-    namespace[HELD] = taken
+    """Keep the kernels ``taken`` loaded as long as the step module whose ``namespace`` it is
+    (a module the disk cache hands out again, not executed again, keeps the kernels it holds)."""
+    namespace.setdefault(HELD, []).extend(taken)
 
 
 def load(source: str, pointers: int, extents: int) -> types.ExternalFunction:
