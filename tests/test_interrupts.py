@@ -1,11 +1,32 @@
-"""Ctrl-C during a steady-state call leaves nothing behind: an interrupt storm over compiled
-calls (in a child process, so that a hang fails the test instead of blocking the suite), then
-calls that must return the values of a reference step."""
+"""Ctrl-C leaves nothing behind: during a steady-state call (an interrupt storm over compiled
+calls, then calls that must return the values of a reference step), and while a trace starts or
+ends (a SIGINT at each point where Python checks for one, then a storm), which replaces library
+functions and puts them back. Each runs in a child process, so that a hang fails the test instead
+of blocking the suite."""
 import json
 import os
 import subprocess
 import sys
 import textwrap
+
+# Each interrupt is raised at most once per arming: armed just before a call, disarmed by the
+# handler when it raises, so that one never lands in the handling of the last. Ctrl-C comes from
+# another process (STORM, started with this one's pid), so it arrives at any moment, also while
+# this one holds the GIL.
+ARMED = """
+armed = False
+
+def interrupt(signum, frame):
+    global armed
+    if armed:
+        armed = False
+        raise KeyboardInterrupt
+
+signal.signal(signal.SIGINT, interrupt)
+STORM = ("import os, random, signal, sys, time\\n"
+         "while os.getppid() == int(sys.argv[1]):\\n"
+         "    time.sleep(random.uniform(0, 2e-4)); os.kill(int(sys.argv[1]), signal.SIGINT)")
+"""
 
 CHILD = textwrap.dedent("""
     import json, os, signal, subprocess, sys, time
@@ -24,22 +45,7 @@ CHILD = textwrap.dedent("""
         state = step.init(p)
         return [step(p, state, x[:n], y[:n]) for n in sizes], p
 
-    # Each interrupt is raised at most once per arming: armed just before a call, disarmed by the
-    # handler when it raises, so that one never lands in the handling of the last.
-    armed = False
-
-    def interrupt(signum, frame):
-        global armed
-        if armed:
-            armed = False
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, interrupt)
-    # Ctrl-C from another process arrives at any moment, also while this one holds the GIL.
-    STORM = ("import os, random, signal, sys, time\\n"
-             "while os.getppid() == int(sys.argv[1]):\\n"
-             "    time.sleep(random.uniform(0, 2e-4)); os.kill(int(sys.argv[1]), signal.SIGINT)")
-
+""") + ARMED + textwrap.dedent("""
     p = {{k: v.copy() for k, v in params.items()}}
     state = train.init(p)
     loss(params, x, y), train(p, state, x, y)   # compiled before the storm
@@ -150,18 +156,9 @@ SWEEP = TRACING + textwrap.dedent("""
     print(json.dumps(dict(points=k - 1, failures=failures[:5], failed=len(failures))))
 """)
 
-STORM = TRACING + textwrap.dedent("""
-    armed = False   # as in CHILD: the interrupts land only in the traces, not in the checks
-
-    def interrupt(signum, frame):
-        global armed
-        if armed:
-            armed = False
-            raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, interrupt)
+TRACE_STORM = TRACING + ARMED + textwrap.dedent("""
     HANDLER = interrupt
-    storming = subprocess.Popen([sys.executable, "-c", {storm!r}, str(os.getpid())])
+    storming = subprocess.Popen([sys.executable, "-c", STORM, str(os.getpid())])
     traces = interrupted = leaks = 0
     deadline = time.monotonic() + {seconds}
     while time.monotonic() < deadline:
@@ -181,10 +178,6 @@ STORM = TRACING + textwrap.dedent("""
     storming.wait()
     print(json.dumps(dict(traces=traces, interrupted=interrupted, leaks=leaks, left=left_behind())))
 """)
-# Ctrl-C from another process arrives at any moment, also while this one holds the GIL
-STORMING = ("import os, random, signal, sys, time\n"
-            "while os.getppid() == int(sys.argv[1]):\n"
-            "    time.sleep(random.uniform(0, 2e-4)); os.kill(int(sys.argv[1]), signal.SIGINT)")
 
 
 def run_child(code: str) -> dict:
@@ -203,5 +196,5 @@ def test_an_interrupt_anywhere_in_starting_or_ending_a_trace_leaves_nothing_behi
 
 
 def test_an_interrupt_storm_over_traces_leaves_nothing_behind():
-    result = run_child(STORM.format(storm=STORMING, seconds=2))
+    result = run_child(TRACE_STORM.format(seconds=2))
     assert result["interrupted"] > 100 and result["leaks"] == 0, result
