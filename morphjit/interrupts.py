@@ -1,15 +1,15 @@
 """Sections of code that Ctrl-C does not cut short.
 
-Python raises KeyboardInterrupt in the main thread at whichever bytecode next checks for signals,
-so code that must run to its end once begun (replacing library functions while a trace runs and
-putting them back, `substitutes`) could be left half done. `guarded` enters such sections, runs a
-call and leaves them with a SIGINT handler of its own in place: a signal that arrives while the
-sections are entered or left is noted, and passed on to the handler it stands in for once they
-are; one that arrives during the call is passed on at once. Only the main thread receives signals,
-and only a handler written in Python raises an exception, so elsewhere the sections simply run.
-
-The steps between sections only store attributes and locals, which never check for signals, so
-a signal cannot land between the end of the call and the start of leaving.
+Python raises KeyboardInterrupt in the main thread at whichever bytecode next checks for signals
+(a function starting, a call returning, a loop's jump back), so code that must run to its end once
+begun (replacing library functions while a trace runs and putting them back, `substitutes`) could
+be left half done. `guarded` enters such sections, runs a call and leaves them with a SIGINT
+handler of its own in place: a signal that arrives while the sections are entered or left is
+noted, and passed on to the handler it stands in for once they are; one that arrives during the
+call is passed on at once. Between the call's return and the start of leaving, `guarded` only
+stores a number, which checks for nothing, so no signal lands there. Python runs signal handlers
+in the main thread alone, and only a handler written in Python raises, so elsewhere (or with the
+signal ignored) the sections simply run.
 """
 from __future__ import annotations
 
