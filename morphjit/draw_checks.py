@@ -14,7 +14,8 @@ from typing import Callable
 import numpy as np
 
 from . import array_api as A
-from .errors import ArgumentError, ArgumentOverflowError, DtypeError, TracingError, UnsupportedError, user_location
+from .errors import (ArgumentError, ArgumentOverflowError, DtypeError, ShapeError, TracingError, UnsupportedError,
+                     user_location)
 from .ir import Sym, TensorType
 from .ops import ELEMENTWISE, broadcast_shapes, defop
 from .trace import SUPPORTED_DTYPES, Tracer
@@ -63,17 +64,27 @@ def float_dtype(dtype, method: str) -> np.dtype:
     return dtype
 
 
-def draw_shape(method: str, size: tuple | None, *params) -> tuple:
-    """The shape of a draw: ``size``, which the parameters must broadcast to (NumPy's rule: one
-    draw per element, never one reused across a batch), or else the parameters' broadcast shape."""
-    shapes = [A.shape_of(p) for p in params]
-    broadcast = broadcast_shapes(method, *shapes)
+def draw_shape(method: str, size: tuple | None, **params) -> tuple:
+    """The shape of a draw: ``size``, which the parameters (by name) must broadcast to (NumPy's
+    rule: one draw per element, never one reused across a batch), or else their broadcast shape."""
+    shapes = {name: A.shape_of(p) for name, p in params.items()}
+    broadcast = _broadcast(method, *shapes.values())
+    if broadcast is None:
+        named = " and ".join(f"{name} {shape}" for name, shape in shapes.items())
+        raise ArgumentError(f"{method}: the shapes of {named} do not broadcast together", user_location())
     if size is None:
         return broadcast
-    if broadcast_shapes(method, size, broadcast) != size:
-        raise ArgumentError(f"{method}: size {size} is not compatible with the broadcast shape {broadcast} of its "
-                            f"parameters (they must broadcast to size, one draw per element)", user_location())
+    if _broadcast(method, size, broadcast) != size:
+        raise ArgumentError(f"{method}: size {size} is not compatible with the broadcast shape {broadcast} of "
+                            f"{', '.join(params)} (they must broadcast to size: one draw per element)", user_location())
     return size
+
+
+def _broadcast(method: str, *shapes) -> tuple | None:
+    try:
+        return broadcast_shapes(method, *shapes)
+    except ShapeError:
+        return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -90,7 +101,7 @@ class Constraint:
 
 
 def _negative(x):
-    return x < 0 if isinstance(x, Tracer) else np.signbit(x) & ~np.isnan(x)   # NumPy refuses -0.0 too
+    return (np.copysign(1.0, x) < 0) & np.logical_not(np.isnan(x))   # NumPy refuses -0.0 too
 
 
 NON_NEGATIVE = Constraint("{name} < 0", _negative)
@@ -102,17 +113,11 @@ ORDERED = Constraint("{name} < 0", lambda x: x < 0)
 RUN_TIME_ERRORS = {ArgumentError: "ParameterValueError", ArgumentOverflowError: "ParameterOverflowError"}
 
 
-def parameter(value):
-    """A float parameter of a draw as it is used: traced, a Python number, or a float64 array
-    (anything else is converted as NumPy converts it)."""
-    if isinstance(value, Tracer) or type(value) in (int, float):
-        return value
-    return np.asarray(value, np.float64)
-
-
 def checked(value, method: str, name: str, *constraints: Constraint):
-    """``value`` (parameter ``name`` of ``method``) checked against ``constraints``: now if it is
-    known, else by the compiled step each time it runs."""
+    """Parameter ``name`` of ``method`` as the draw uses it (traced, a Python number, or a float64
+    array converted as NumPy converts it), checked against ``constraints``: now if it is known,
+    else by the compiled step each time it runs."""
+    value = _parameter(value, method, name)
     for constraint in constraints:
         message = f"{method}: {constraint.message.format(name=name)}"
         if isinstance(value, Tracer):
@@ -125,6 +130,15 @@ def checked(value, method: str, name: str, *constraints: Constraint):
             index = "".join(f"[{i}]" for i in np.unravel_index(refused[0], array.shape))
             raise constraint.error(f"{message} ({name}{index} is {array.flat[refused[0]]})", user_location())
     return value
+
+
+def _parameter(value, method: str, name: str):
+    if isinstance(value, Tracer) or type(value) in (int, float):
+        return value
+    try:
+        return np.asarray(value, np.float64)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"{method}: {name} must be a float or an array of floats: {error}") from None
 
 
 def _check_parameter_rule(types, what, error):

@@ -179,24 +179,25 @@ class TracedDraws:
     def _size(self, size, method: str) -> tuple:
         return checks.shape_of_size(size, self._method(method)) or ()
 
-    def _shape(self, method: str, size, *params) -> tuple:
-        return checks.draw_shape(self._method(method), checks.shape_of_size(size, self._method(method)), *params)
+    def _shape(self, method: str, size, **params) -> tuple:
+        return checks.draw_shape(self._method(method), checks.shape_of_size(size, self._method(method)), **params)
 
     def normal(self, loc=0.0, scale=1.0, size=None):
         method = self._method("normal")
-        loc, scale = checks.parameter(loc), checked(checks.parameter(scale), method, "scale", checks.NON_NEGATIVE)
-        return _location_scale(self._draw("normal", self._shape("normal", size, loc, scale)), loc, scale)
+        loc, scale = checked(loc, method, "loc"), checked(scale, method, "scale", checks.NON_NEGATIVE)
+        return _location_scale(self._draw("normal", self._shape("normal", size, loc=loc, scale=scale)), loc, scale)
 
     def exponential(self, scale=1.0, size=None):
-        scale = checked(checks.parameter(scale), self._method("exponential"), "scale", checks.NON_NEGATIVE)
-        return _location_scale(_exponential(self._draw("uniform", self._shape("exponential", size, scale))), 0.0, scale)
+        scale = checked(scale, self._method("exponential"), "scale", checks.NON_NEGATIVE)
+        return _location_scale(_exponential(self._draw("uniform", self._shape("exponential", size, scale=scale))), 0.0, scale)
 
     def _uniform(self, low, high, size, ordered: bool):
         """``low + (high - low) * u``; ``ordered``: ``high < low`` is refused (Generator's rule)."""
-        low, high = checks.parameter(low), checks.parameter(high)
+        method = self._method("uniform")
+        low, high = checked(low, method, "low"), checked(high, method, "high")
         constraints = (checks.FINITE, checks.ORDERED) if ordered else (checks.FINITE,)
-        span = checked(high - low, self._method("uniform"), "high - low", *constraints)
-        return _location_scale(self._draw("uniform", self._shape("uniform", size, low, high)), low, span)
+        span = checked(high - low, method, "high - low", *constraints)
+        return _location_scale(self._draw("uniform", self._shape("uniform", size, low=low, high=high)), low, span)
 
     def _integers(self, method: str, low, high, size, dtype, closed: bool):
         """``floor(low + u * n)``, exact for ranges up to 2**53 values."""
@@ -217,8 +218,8 @@ class TracedDraws:
         if n != 1:
             raise UnsupportedError(f"{method}: only n=1 (a Bernoulli mask, e.g. for dropout) is drawn inside a "
                                    f"compiled loss", user_location())
-        p = checked(checks.parameter(p), method, "p", checks.PROBABILITY)
-        return A.astype(self._draw("uniform", self._shape("binomial", size, p)) < p, np.int64)
+        p = checked(p, method, "p", checks.PROBABILITY)
+        return A.astype(self._draw("uniform", self._shape("binomial", size, p=p)) < p, np.int64)
 
     def __getattr__(self, name):
         if name.startswith("__"):
@@ -346,16 +347,16 @@ def integers(rng, low, high=None, size=None):
 
 def bernoulli(rng, p, size=None):
     """A boolean mask, True with probability ``p`` (in [0, 1], broadcasting to ``size``)."""
-    p = checked(checks.parameter(p), "mj.random.bernoulli", "p", checks.PROBABILITY)
-    return rng.random(checks.draw_shape("mj.random.bernoulli", checks.shape_of_size(size, "mj.random.bernoulli"), p)) < p
+    p = checked(p, "mj.random.bernoulli", "p", checks.PROBABILITY)
+    return rng.random(checks.draw_shape("mj.random.bernoulli", checks.shape_of_size(size, "mj.random.bernoulli"), p=p)) < p
 
 
 def dropout(x, rate, rng):
     """Inverted dropout: each element of ``x`` zeroed with probability ``rate`` (in [0, 1), known or
     traced), the others scaled by ``1 / (1 - rate)`` (so the expected value is ``x``); the mask is
     drawn from ``rng``."""
-    rate = checked(checks.parameter(rate), "mj.dropout", "rate", checks.KEEP_RATE)
-    shape = checks.draw_shape("mj.dropout", A.shape_of(A.as_value(x)), rate)
+    rate = checked(rate, "mj.dropout", "rate", checks.KEEP_RATE)
+    shape = checks.draw_shape("mj.dropout", A.shape_of(A.as_value(x)), rate=rate)
     if not isinstance(rate, tracing.Tracer) and not np.any(rate):
         return x
     keep = rng.random(shape) < 1.0 - rate
