@@ -51,8 +51,8 @@ def dimension(d, method: str, size=None):
         raise DtypeError(f"{method}: a size must be integers, got {size if size is not None else d!r}",
                          user_location()) from None
     if d < 0:
-        raise ArgumentError(f"{method}: negative dimensions are not allowed, got size {size if size is not None else d!r}",
-                            user_location())
+        raise ArgumentError(f"{method}: negative dimensions are not allowed, got size "
+                            f"{size if size is not None else d!r}", user_location())
     return d
 
 
@@ -150,7 +150,7 @@ def _check_parameter_rule(types, what, error):
 
 # The value passed on, its mask of refused elements computed into a buffer the step checks.
 defop("check_parameter", ELEMENTWISE, _check_parameter_rule, lambda value, refused, what, error: value,
-      lambda g, ans, value, refused, what, error: (g, None), scalar=lambda K, value, refused, **params: value, cost=0,
+      lambda g, ans, value, refused, what, error: (g, None), scalar=lambda K, value, refused, what, error: value,
       buffered=lambda b, producer: [b.inputs[1]])
 
 

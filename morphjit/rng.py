@@ -26,7 +26,6 @@ from . import array_api as A
 from . import pytree
 from . import trace as tracing
 from . import draw_checks as checks
-from .draw_checks import checked
 from .errors import ArgumentError, UnsupportedError, user_location
 from .indexing import IndexMap
 from .ir import DTYPES_BY_NAME, TensorType, Var, dtype_name
@@ -184,19 +183,20 @@ class TracedDraws:
 
     def normal(self, loc=0.0, scale=1.0, size=None):
         method = self._method("normal")
-        loc, scale = checked(loc, method, "loc"), checked(scale, method, "scale", checks.NON_NEGATIVE)
+        loc, scale = checks.checked(loc, method, "loc"), checks.checked(scale, method, "scale", checks.NON_NEGATIVE)
         return _location_scale(self._draw("normal", self._shape("normal", size, loc=loc, scale=scale)), loc, scale)
 
     def exponential(self, scale=1.0, size=None):
-        scale = checked(scale, self._method("exponential"), "scale", checks.NON_NEGATIVE)
-        return _location_scale(_exponential(self._draw("uniform", self._shape("exponential", size, scale=scale))), 0.0, scale)
+        scale = checks.checked(scale, self._method("exponential"), "scale", checks.NON_NEGATIVE)
+        u = self._draw("uniform", self._shape("exponential", size, scale=scale))
+        return _location_scale(_exponential(u), 0.0, scale)
 
     def _uniform(self, low, high, size, ordered: bool):
         """``low + (high - low) * u``; ``ordered``: ``high < low`` is refused (Generator's rule)."""
         method = self._method("uniform")
-        low, high = checked(low, method, "low"), checked(high, method, "high")
+        low, high = checks.checked(low, method, "low"), checks.checked(high, method, "high")
         constraints = (checks.FINITE, checks.ORDERED) if ordered else (checks.FINITE,)
-        span = checked(high - low, method, "high - low", *constraints)
+        span = checks.checked(high - low, method, "high - low", *constraints)
         return _location_scale(self._draw("uniform", self._shape("uniform", size, low=low, high=high)), low, span)
 
     def _integers(self, method: str, low, high, size, dtype, closed: bool):
@@ -218,7 +218,7 @@ class TracedDraws:
         if n != 1:
             raise UnsupportedError(f"{method}: only n=1 (a Bernoulli mask, e.g. for dropout) is drawn inside a "
                                    f"compiled loss", user_location())
-        p = checked(p, method, "p", checks.PROBABILITY)
+        p = checks.checked(p, method, "p", checks.PROBABILITY)
         return A.astype(self._draw("uniform", self._shape("binomial", size, p=p)) < p, np.int64)
 
     def __getattr__(self, name):
@@ -347,15 +347,16 @@ def integers(rng, low, high=None, size=None):
 
 def bernoulli(rng, p, size=None):
     """A boolean mask, True with probability ``p`` (in [0, 1], broadcasting to ``size``)."""
-    p = checked(p, "mj.random.bernoulli", "p", checks.PROBABILITY)
-    return rng.random(checks.draw_shape("mj.random.bernoulli", checks.shape_of_size(size, "mj.random.bernoulli"), p=p)) < p
+    method = "mj.random.bernoulli"
+    p = checks.checked(p, method, "p", checks.PROBABILITY)
+    return rng.random(checks.draw_shape(method, checks.shape_of_size(size, method), p=p)) < p
 
 
 def dropout(x, rate, rng):
     """Inverted dropout: each element of ``x`` zeroed with probability ``rate`` (in [0, 1), known or
     traced), the others scaled by ``1 / (1 - rate)`` (so the expected value is ``x``); the mask is
     drawn from ``rng``."""
-    rate = checked(rate, "mj.dropout", "rate", checks.KEEP_RATE)
+    rate = checks.checked(rate, "mj.dropout", "rate", checks.KEEP_RATE)
     shape = checks.draw_shape("mj.dropout", A.shape_of(A.as_value(x)), rate=rate)
     if not isinstance(rate, tracing.Tracer) and not np.any(rate):
         return x
