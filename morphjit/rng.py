@@ -58,6 +58,32 @@ def with_copied_generators(tree):
     return pytree.unflatten(treedef, [copy.deepcopy(x) if isinstance(x, GENERATORS) else x for x in leaves])
 
 
+def replaying_generators(tree):
+    """A function returning ``tree`` with each random generator among its leaves replaced by a
+    copy, put back at every call into the generator's present state: each step given it draws
+    the seed the generator would give next, and the generator stays as it was."""
+    copied = with_copied_generators(tree)
+    copies = [x for x in pytree.flatten(copied)[0] if isinstance(x, GENERATORS)]
+    states = [_state(g) for g in copies]
+
+    def replayed():
+        for generator, state in zip(copies, states):
+            _set_state(generator, state)
+        return copied
+    return replayed
+
+
+def _state(generator):
+    return generator.bit_generator.state if isinstance(generator, np.random.Generator) else generator.get_state()
+
+
+def _set_state(generator, state) -> None:
+    if isinstance(generator, np.random.Generator):
+        generator.bit_generator.state = state
+    else:
+        generator.set_state(state)
+
+
 def as_input(x, dtype) -> np.ndarray:
     """An argument leaf as a program input for the reference executor (a generator: its seed)."""
     return seed_of(x).reshape(()) if isinstance(x, GENERATORS) else np.asarray(x, dtype)

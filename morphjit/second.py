@@ -19,7 +19,7 @@ from . import pytree
 from .compiler import CompiledLoss, compile_loss
 from .errors import DtypeError, ShapeError, TracingError, user_location
 from .ir import is_float
-from .rng import with_copied_generators
+from .rng import replaying_generators
 from .static_args import StaticArguments
 from .trace import Tracer, argument_names
 from .vjp import backward
@@ -224,11 +224,12 @@ class Hessian:
         hessian = np.empty((n, n), flat.dtype)
         basis = np.zeros(n, flat.dtype)
         grad = unravel(np.empty(n, flat.dtype))
+        same_noise = replaying_generators(data)
         for i in range(n):
             basis[i] = 1
             # One seed for every row, so that every row sees the same noise: the rows but the
-            # last draw from copies of the generators, the last from them (advancing them once).
-            row_data = data if i == n - 1 else with_copied_generators(data)
+            # last draw it from copies of the generators, the last from them (advancing them once).
+            row_data = data if i == n - 1 else same_noise()
             self.hvp.step(params, unravel(basis), *row_data, out=(unravel(hessian[i]), grad), **static)
             basis[i] = 0
         return hessian
