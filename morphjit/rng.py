@@ -1,13 +1,15 @@
 """Random numbers drawn inside the compiled step (``mj.random``, ``mj.dropout``).
 
 A ``np.random.Generator`` or ``np.random.RandomState`` argument of a loss is not data. While the
-loss is traced it receives a `TracedGenerator`, whose methods (``normal``, ``random``,
-``integers``, ``randn``, ...) bind the ``random`` op: a standard normal or uniform array drawn
-from a counter-based generator, scaled and shifted by ordinary traced arithmetic (so a gradient
-flows through ``loc + scale * eps``, never into ``eps``). Each call of the compiled step takes
-one 64-bit draw from the user's generator as its seed (advancing it: consecutive calls differ,
-two runs from the same seed agree), passed to the step in the generator's place; inspecting a
-step (``explain``) runs it on a copy of the generator.
+loss is traced it receives a stand-in (`TracedGenerator`, `TracedRandomState`), whose methods
+(``normal``, ``random``, ``integers``, ``randn``, ...) bind the ``random`` op: a standard normal
+or uniform array drawn from a counter-based generator, scaled and shifted by ordinary traced
+arithmetic (so a gradient flows through ``loc + scale * eps``, never into ``eps``). Their
+arguments are checked as NumPy checks them (``draw_checks``). Each call of the compiled step
+takes one 64-bit draw from the user's generator as its seed (advancing it: consecutive calls
+differ, two runs from the same seed agree), passed to the step in the generator's place;
+inspecting a step (``explain``) runs it on a copy of the generator, and the rows of a Hessian
+replay one seed from copies.
 
 Element ``n`` of draw number ``s`` of a call is a pure function of (seed, s, n): SplitMix64's
 output mixer over ``key(seed, s) + n * golden gamma``. Any loop can therefore compute any
