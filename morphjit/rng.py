@@ -35,6 +35,7 @@ from .loopir import Random
 from .ops import SOURCE, defop
 
 GENERATORS = (np.random.Generator, np.random.RandomState)
+RAW_64_BITS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)   # random_raw() widths
 
 GOLDEN = 0x9E3779B97F4A7C15      # SplitMix64's increment: consecutive elements of a draw
 STREAM = 0xD1B54A32D192ED03      # separates the draws of one call
@@ -45,10 +46,15 @@ DISTRIBUTIONS = ("uniform", "normal")   # [0, 1) and N(0, 1); the others are for
 
 def seed_of(generator) -> np.ndarray:
     """The seed of one call: 64 random bits taken from (and advancing) the user's generator,
-    whatever its bit generator (NumPy's full-range uint64 draw joins two outputs of MT19937,
-    whose raw ones have 32 bits), as the int64 array of one element the step takes in its place."""
-    bits = generator.integers if isinstance(generator, np.random.Generator) else generator.randint
-    return np.array([bits(2 ** 64, dtype=np.uint64)]).view(np.int64)
+    whatever its bit generator, as the int64 array of one element the step takes in its place.
+    The raw output of most bit generators has 64 bits; NumPy's full-range uint64 draw (slower)
+    joins two of MT19937's, which have 32, and serves any other kind."""
+    if isinstance(generator, np.random.Generator):
+        bits = generator.bit_generator
+        if type(bits) in RAW_64_BITS:
+            return np.array([bits.random_raw()], np.uint64).view(np.int64)
+        return np.array([generator.integers(2 ** 64, dtype=np.uint64)]).view(np.int64)
+    return np.array([generator.randint(2 ** 64, dtype=np.uint64)]).view(np.int64)
 
 
 def with_copied_generators(tree):
