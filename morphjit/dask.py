@@ -21,7 +21,6 @@ the same arithmetic in the same order, so the result does not change.
 """
 from __future__ import annotations
 
-import numbers
 import threading
 
 import numpy as np
@@ -35,7 +34,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 
 from . import pytree
 from .dask_checks import (check_client, check_count, check_data, check_optional_count, check_params,
-                          check_reduction, param_copies)
+                          check_reduction, is_count, param_copies)
 from .dask_worker import (ROWS_PER_CALL, ResidentChunks, Shipped, VersionMismatch, add_parts, apply_update,
                           averaged_replica, group_part, identity, local_part, loss_of, mismatch,
                           replica_part, sum_parts, versions, worker_cache_info)
@@ -231,9 +230,10 @@ def dataset_loss(loss, *data, reduction="mean", client=None, rows_per_call=ROWS_
     ``reduction`` says how the loss aggregates over rows: ``"mean"`` (the loss is a mean over the
     rows of its batch, plus terms that do not depend on the rows, like a penalty on the
     parameters: chunk results are weighted by their rows over the total) or ``"sum"`` (a sum
-    over rows: chunk results are added; a penalty would be counted once per chunk). The data are
-    computed once into the workers' memory, the chunks spread evenly by rows (a copy if they were
-    persisted already: pass them unpersisted to hold them once); each call sends the parameters
+    over rows: chunk results are added; a penalty would be counted once per chunk; empty chunks
+    are left out). The data are computed once into the workers' memory, the chunks spread evenly
+    by rows (a copy if they were persisted already: pass them unpersisted to hold them once);
+    each call sends the parameters
     once to each worker holding chunks and returns only the loss and gradients, added on the
     workers and then over the workers on the client. A worker runs the compiled step on
     ``rows_per_call`` rows of a chunk at a time (None: the whole chunk), so that the forward and
@@ -288,7 +288,7 @@ class FlatObjective:
 
 def shard_sizes(rows: int, shards) -> tuple[int, ...]:
     """``rows`` cut into ``shards`` consecutive shards whose sizes differ by at most one."""
-    if isinstance(shards, bool) or not isinstance(shards, numbers.Integral) or not 1 <= shards <= rows:
+    if not is_count(shards, 1) or shards > rows:
         raise ValueError(f"shards must be an integer from 1 to the number of rows ({rows}), got {shards!r}")
     shards = int(shards)
     return tuple(rows // shards + (r < rows % shards) for r in range(shards))
@@ -433,9 +433,9 @@ def data_parallel(loss, optimizer, params, *data, batch_size=None, seed=0, clien
     together with a replica of the parameters and optimiser state. ``step()``: each shard's
     minibatch of ``batch_size`` rows (drawn from ``seed`` and the step; None: the whole shard)
     gives its loss and gradients; they are averaged, weighted by rows, by a tree reduction on the
-    workers; every replica applies the same update, so the replicas stay identical (checked every
-    ``checkpoint_every`` steps and whenever ``params`` is read). The result equals one process
-    training on the concatenation of the minibatches, to rounding.
+    workers; every replica applies the same update, so the replicas stay identical (checked bit
+    for bit every ``checkpoint_every`` steps and whenever ``params`` is read). The result equals
+    one process training on the concatenation of the minibatches, to rounding.
 
     ``local_steps > 1`` is local SGD: each ``step()`` lets every replica run that many
     ``mj.train_step`` steps on its own minibatches, then averages the parameters and optimiser

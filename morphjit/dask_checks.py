@@ -21,16 +21,23 @@ from .trace import SUPPORTED_DTYPES
 REDUCTIONS = ("mean", "sum")
 
 
+def is_count(value, minimum: int) -> bool:
+    """Is ``value`` an integer (Python or NumPy, not a bool) of at least ``minimum``?"""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= minimum
+
+
 def check_count(name: str, value, minimum: int) -> int:
-    """``value`` as an int: an integer (Python or NumPy, not a bool) of at least ``minimum``."""
-    if not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < minimum:
+    if not is_count(value, minimum):
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 
 def check_optional_count(name: str, value, minimum: int) -> int | None:
-    """``check_count``, or None for None."""
-    return None if value is None else check_count(f"{name} (or None)", value, minimum)
+    if value is None:
+        return None
+    if not is_count(value, minimum):
+        raise ValueError(f"{name} must be None or an integer >= {minimum}, got {value!r}")
+    return int(value)
 
 
 def check_reduction(reduction) -> str:

@@ -36,8 +36,8 @@ class VersionMismatch(MorphjitError):
 
 
 class WorkerError(MorphjitError, RuntimeError):
-    """An error raised on a worker that Dask could not bring back as it is, told by its type,
-    message and where it was raised."""
+    """An error raised on a worker, told in words (its type, message and line): one that Dask
+    could not bring back as it is, or any error of an actor."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,8 +96,9 @@ def described(error: BaseException) -> str:
     """``error``'s type, message and the line that raised it, as text."""
     where = traceback.extract_tb(error.__traceback__)[-1]
     kind, message = type(error), f": {error}" if str(error) else ""
+    source = f": {where.line}" if where.line else ""
     return (f"{kind.__module__}.{kind.__qualname__}{message} (raised on a worker at {where.filename}:"
-            f"{where.lineno} in {where.name}: {where.line}; Dask cannot bring this error back as it is)")
+            f"{where.lineno} in {where.name}{source}; Dask cannot bring this error back as it is)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -446,14 +446,15 @@ def test_data_parallel_on_data_with_empty_chunks_equals_one_process(client):
 
 
 def test_chunks_of_a_filtered_array_emptied_by_the_filter_are_left_out(client):
+    """A boolean mask held as a Dask array filters chunk by chunk, as a dataframe's rows are."""
     params, x, y = problem()
     keep = np.ones(len(x), bool)
     keep[300:600] = False                                   # the whole second chunk
     keep[::7] = False
-    dx, dy = da.from_array(x, chunks=(300, 5)), da.from_array(y, chunks=300)
-    filtered_x, filtered_y = dx[keep], dy[keep]
-    filtered_x.compute_chunk_sizes()
-    filtered_y.compute_chunk_sizes()
+    mask = da.from_array(keep, chunks=300)
+    filtered_x, filtered_y = da.from_array(x, chunks=(300, 5))[mask], da.from_array(y, chunks=300)[mask]
+    for array in (filtered_x, filtered_y):
+        array.compute_chunk_sizes()
     assert filtered_x.chunks[0][1] == 0
     loss = mjd.dataset_loss(logistic, filtered_x, filtered_y)
     assert_single_process_result(loss(params), logistic, params, x[keep], y[keep])
@@ -474,7 +475,7 @@ def unknown_columns(x):
 
 
 BAD_DATASET_LOSS_ARGUMENTS = [
-    (dict(rows_per_call=-1), ValueError, r"rows_per_call \(or None\) must be an integer >= 1, got -1"),
+    (dict(rows_per_call=-1), ValueError, "rows_per_call must be None or an integer >= 1, got -1"),
     (dict(rows_per_call=0), ValueError, "rows_per_call .* got 0"),
     (dict(rows_per_call=2.5), ValueError, "rows_per_call .* got 2.5"),
     (dict(rows_per_call=True), ValueError, "rows_per_call .* got True"),
@@ -784,7 +785,8 @@ def test_a_diverging_run_keeps_its_nan_parameters_readable(client):
     replica) made params, state and every checkpoint raise."""
     params, x, y = problem()
     optimizer = mj.optim.sgd(0.1, momentum=0.9)
-    trainer = mjd.data_parallel(diverging, optimizer, params, da.from_array(x), da.from_array(y), checkpoint_every=1)
+    trainer = mjd.data_parallel(diverging, optimizer, params, da.from_array(x), da.from_array(y), shards=2,
+                                checkpoint_every=1)
     losses = trainer.run(2)                                   # a checkpoint after each step
     expected, expected_losses = single_process(diverging, optimizer, params, concatenated_minibatches(trainer, x, y, 2))
     assert np.isnan(losses).all() and np.isnan(expected_losses).all()
@@ -813,7 +815,8 @@ def test_replicas_are_compared_bit_for_bit(client, change, differs):
     """Replica 1 made like replica 0 but for ``change``: the same bits (NaN included) pass, other
     bits (-0.0 against 0.0, NaN of another sign) are an error naming the array."""
     params, x, y = problem()
-    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1, momentum=0.9), params, da.from_array(x), da.from_array(y))
+    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1, momentum=0.9), params, da.from_array(x), da.from_array(y),
+                                shards=2)
     trainer.step()
     replace_replica(client, trainer, 0, lambda leaves, slots: (leaves[0].__setitem__((), 0.0),
                                                               leaves[1].__setitem__(2, np.nan),
@@ -832,7 +835,7 @@ def test_replicas_are_compared_bit_for_bit(client, change, differs):
 
 
 BAD_DATA_PARALLEL_ARGUMENTS = [
-    (dict(batch_size=0), ValueError, r"batch_size \(or None\) must be an integer >= 1, got 0"),
+    (dict(batch_size=0), ValueError, "batch_size must be None or an integer >= 1, got 0"),
     (dict(batch_size=-5), ValueError, "batch_size .* got -5"),
     (dict(batch_size=2.5), ValueError, "batch_size .* got 2.5"),
     (dict(seed=-1), ValueError, "seed must be an integer >= 0, got -1"),
