@@ -147,7 +147,7 @@ def _trigamma_positive(x):
 def trigamma(x):
     """The derivative of digamma (SciPy's ``polygamma(1, x)``), written in element-wise ops."""
     sin = A.sin(_pi_x_reduced(x))
-    return _reflected(x, _trigamma_positive, lambda x, v: (math.pi * math.pi) / (sin * sin) - v, np.inf)
+    return _reflected(x, _trigamma_positive, lambda x, v: (math.pi * math.pi) / (sin * sin) - v, 1.0 / (x * x))
 
 
 defop("digamma", COMPOSITE, elementwise_rule("digamma"), sp.digamma,
