@@ -6,7 +6,10 @@ traced array cannot become. While a trace runs, the methods below are replaced
 element-wise ops, so that it differentiates and fuses; called without one, they are SciPy's own.
 Arguments are parsed by the distribution's own ``_parse_args`` (SciPy's names, defaults and
 errors). As in SciPy, a value outside the support has density 0 (log-density -inf), and invalid
-parameters (``scale <= 0``, ``df <= 0``, a probability outside [0, 1], ...) or a NaN give NaN.
+parameters (``scale <= 0``, ``df <= 0``, a probability outside [0, 1], ...) or a NaN give NaN
+(and NaN gradients). At +-inf and at the ends of the support the gradients are the limits there:
+the formulas see only points inside the support, and +-inf only where the value there is infinite
+(elsewhere a method is flat at an infinity).
 Results keep the inputs' float dtype (SciPy's are float64). A distribution or method not listed
 keeps SciPy's conversion error, which names it.
 """
@@ -88,14 +91,12 @@ def _xlog_z(c, s: Standard):
 
 
 def _log_abs_z(s: Standard):
-    """``log|z|``; its gradient in x is 0 where x is infinite (log|x| grows slower than x), and
-    taken from above at z = 0."""
+    """``log|z|`` for z != 0; its gradient in x is 0 where x is infinite (log|x| grows slower than x)."""
     finite = np.isfinite(s.distance)
-    d = np.where(finite, s.distance, 1.0)
-    return np.where(finite, np.log(np.where(d < 0.0, -d, d)), np.inf) - s.log_scale
+    return np.where(finite, np.log(np.abs(np.where(finite, s.distance, 1.0))), np.inf) - s.log_scale
 
 
-TAIL = 1e100   # |z| beyond which log1p(z^2 / c) is computed from log|z| (z * z overflows at 1.3e154)
+TAIL = 1e18   # |z| beyond which log1p(z^2 / c) is computed from log|z| (z * z overflows float32 at 1.8e19)
 
 
 def _log1p_square(s: Standard, c):
@@ -155,8 +156,19 @@ DISCRETE = {
 def _masked(inside, value, outside, valid, arguments):
     """``value`` inside the support, ``outside`` beyond it; NaN where a parameter is invalid or an
     argument NaN, and there the gradient of every argument NaN too."""
-    poison = np.where(valid, 0.0, np.nan) * sum(arguments)   # its gradient is 0 where valid
-    return np.where(valid, np.where(inside, value, outside), poison)
+    dtype = A.dtype_of(value)
+    poison = np.where(valid, dtype.type(0.0), dtype.type(np.nan)) * sum(arguments)   # its gradient is 0 where valid
+    return np.where(valid, np.where(inside, value, A.astype(outside, dtype)), poison)
+
+
+def _scale_and_log(scale):
+    """The scale where it is positive (else 1) and its log; of a Python number, Python numbers
+    (weak in NumPy's promotion, so that float32 stays float32)."""
+    if isinstance(scale, (int, float)):
+        scale = float(scale) if scale > 0 else 1.0
+        return scale, math.log(scale)
+    scale = np.where(scale > 0, scale, 1.0)
+    return scale, np.log(scale)
 
 
 def _standardised(dist, x, args, kwds, infinite_inside):
@@ -174,9 +186,9 @@ def _standardised(dist, x, args, kwds, infinite_inside):
         if not evaluated:
             inside = inside & (z != infinity)
     valid = (scale > 0) & spec.valid(*shapes) & ~np.isnan(z)
-    safe_scale = np.where(scale > 0, scale, 1.0)
+    safe_scale, log_scale = _scale_and_log(scale)
     distance = np.where(inside, x - loc, (0.5 if hi == 1.0 else 1.0) * safe_scale)
-    standard = Standard(distance / safe_scale, distance, safe_scale, np.log(safe_scale))
+    standard = Standard(distance / safe_scale, distance, safe_scale, log_scale)
     return spec, shapes, (x, *shapes, loc, scale), z, standard, inside, valid
 
 
@@ -190,7 +202,8 @@ def _density(log: bool, dist, x, *args, **kwds):
     for infinity, end in zip((-np.inf, np.inf), spec.support):
         if end == infinity:   # the pdf is flat there; its value is SciPy's exp(logpdf), NaN where that is
             at_end = spec.logpdf(Standard(infinity, infinity, standard.scale, standard.log_scale), *shapes)
-            outside = np.where(z == infinity, np.exp(stop_gradient(at_end - standard.log_scale)), outside)
+            at_end = A.astype(np.exp(stop_gradient(at_end - standard.log_scale)), A.dtype_of(value))
+            outside = np.where(z == infinity, at_end, outside)
     return _masked(inside, np.exp(value), outside, valid, arguments)
 
 

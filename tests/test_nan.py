@@ -260,3 +260,18 @@ def test_special_functions_and_ufuncs_at_infinity_and_the_ends_of_their_domains(
         misses = limits.gradient_misses_limits(grad, limits.derivative_limits(f, e))
         failures += [f"{f.__name__}{e.point} from {e.approach}: {m}" for m in misses]
     assert not failures, "\n".join(failures)
+
+
+def test_the_edges_in_float32_have_the_float64_gradients():
+    cases = [(f, (p,)) for f, edges in UNARY_EDGES.items() for p, _ in edges]
+    cases += [(f, p) for f, edges in BINARY_EDGES.items() for p, _ in edges]
+
+    def loss(arguments):
+        return sum(np.sum(f(*args)) for (f, _), args in zip(cases, arguments))
+
+    grads = {dtype: mj.compile_loss(loss, backend="interp")([[np.array(v, dtype) for v in p] for _, p in cases])[1]
+             for dtype in (np.float32, np.float64)}
+    for (f, p), g32, g64 in zip(cases, grads[np.float32], grads[np.float64]):
+        for a, b in zip(g32, g64):
+            assert a.dtype == np.float32
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"{f.__name__}{p}")

@@ -10,6 +10,7 @@ import scipy.stats as ss
 
 import morphjit as mj
 import limits
+import gradcheck
 from gradcheck import check_loss_grads_fd
 
 BACKENDS = ["interp", "numba"]
@@ -357,3 +358,18 @@ def test_an_ordered_model_differentiates_at_its_lowest_and_highest_categories(na
     np.testing.assert_allclose(value, loss(w, cuts, x, y), rtol=1e-12)
     assert np.isfinite(grad_w).all() and np.isfinite(grad_cuts).all(), (grad_w, grad_cuts)
     check_loss_grads_fd(lambda xs: loss(xs[0], xs[1], x, y), [w, cuts], [grad_w, grad_cuts], rng=rng)
+
+
+@pytest.mark.parametrize("name", sorted(mj.stats.CONTINUOUS))
+def test_the_edges_in_float32_have_the_float64_gradients(name):
+    """The constants that pick the branches at the edges (far tails, clips) hold in float32."""
+    dist, groups = getattr(ss, name), _edge_groups(name)
+
+    def loss(arguments):
+        return sum(np.sum(getattr(dist, method)(*args)) for (method, _, _), args in zip(groups, arguments))
+
+    results = {dtype: mj.compile_loss(loss, backend="interp")([[a.astype(dtype) for a in args] for _, _, args in groups])
+               for dtype in (np.float32, np.float64)}
+    for g32, g64 in zip(gradcheck.flat_leaves(results[np.float32][1]), gradcheck.flat_leaves(results[np.float64][1])):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-5, equal_nan=True)
