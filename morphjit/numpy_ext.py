@@ -82,10 +82,10 @@ def _arctan2_vjp(g, a, b):
 
 
 def _logaddexp_vjp(g, a, b, ln_base):
-    """The weights ``expit((a - b) ln base)`` and ``expit((b - a) ln base)``: finite where an operand
-    is infinite (``exp(a - ans)`` is exp(inf - inf) there); equal operands, infinite ones too, share
-    the gradient evenly."""
-    d = A.where(a == b, 0.0, (a - b) * ln_base)
+    """The weights ``expit((a - b) ln base)`` and ``expit((b - a) ln base)``: (1, 0) where only
+    ``a`` is +inf (``exp(a - ans)`` is exp(inf - inf) there); NaN where both are the same infinity,
+    whose limit depends on how they got there."""
+    d = (a - b) * ln_base
     return g * A.sigmoid(d), g * A.sigmoid(-d)
 
 
