@@ -58,16 +58,19 @@ def _column_back(x, vector: bool):
 
 
 def cholesky(a, *, upper=False, lower=None, overwrite_a=False, check_finite=True):
-    """The lower Cholesky factor ``L`` of ``a = L @ L.T`` (``upper=True``, or SciPy's
-    ``lower=False``: ``L.T``). Without either, NumPy's default: the lower factor (SciPy's is the
-    upper one). Reads the lower triangle of ``a``; raises ``LinAlgError`` unless ``a`` is
-    positive definite."""
+    """The lower Cholesky factor ``L`` of ``a = L @ L.T``, read from the lower triangle of ``a``;
+    with ``upper=True`` (or SciPy's ``lower=False``) the upper factor ``U`` of ``a = U.T @ U``,
+    read from the upper triangle, as NumPy and SciPy do. Without either, NumPy's default: the
+    lower factor (SciPy's is the upper one). Raises ``LinAlgError`` unless ``a`` is positive
+    definite."""
     if lower is not None:
         if upper and lower:
             raise ValueError("cholesky: upper=True and lower=True contradict each other")
         upper = not lower
-    L = apply("cholesky", [_matrix("cholesky", a)])
-    return A.swap_last(L) if upper else L
+    a = _matrix("cholesky", a)
+    if upper:   # the upper triangle of a is the lower one of a.T
+        return A.swap_last(apply("cholesky", [A.swap_last(a)]))
+    return apply("cholesky", [a])
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
@@ -175,10 +178,15 @@ def _cholesky_factor_of(a):
 
 
 def eigh(a, UPLO="L"):
-    """``np.linalg.eigh``: ascending eigenvalues and eigenvectors (columns) of symmetric ``a``."""
-    if UPLO != "L":
-        raise UnsupportedError("eigh(UPLO='U') is not supported: pass the symmetric matrix", user_location())
-    packed = apply("eigh", [_matrix("eigh", a)])
+    """``np.linalg.eigh``: ascending eigenvalues and eigenvectors (columns) of the symmetric
+    matrix in the lower (``UPLO='L'``) or upper (``'U'``) triangle of ``a``."""
+    uplo = str(UPLO).upper()
+    if uplo not in ("L", "U"):
+        raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    a = _matrix("eigh", a)
+    if uplo == "U":   # the upper triangle of a is the lower one of a.T
+        a = A.swap_last(a)
+    packed = apply("eigh", [a])
     return EighResult(getitem(packed, (Ellipsis, 0, slice(None))),
                       getitem(packed, (Ellipsis, slice(1, None), slice(None))))
 

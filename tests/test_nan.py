@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.special as sp
 
 import morphjit as mj
 from morphjit.custom import is_user_op
 from morphjit.ops import LINALG, OPS
 
+import limits
 import test_ops
 
 BACKENDS = ["numba", "interp"]
@@ -198,3 +200,78 @@ def test_std_over_a_length_1_axis_turns_a_trained_parameter_into_nan(backend):
     params = {"w": np.arange(3.0).reshape(3, 1)}
     step(params, step.init(params))
     assert np.isnan(params["w"]).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# At +-inf and at the ends of their domains, SciPy's special functions and NumPy's ufuncs with a
+# limit there have the gradients that are the limits of their derivatives (tests/limits.py), as
+# JAX gives them: 0 where the function is flat at an infinity, not 0 * inf = NaN.
+
+INF = np.inf
+BOTH_INFINITIES = [(-INF, 0), (INF, 0)]
+UNARY_EDGES = {  # (point, approach): +1 from above, -1 from below, 0 for an infinity
+    sp.expit: BOTH_INFINITIES, sp.log_expit: BOTH_INFINITIES, sp.softplus: BOTH_INFINITIES, sp.erf: BOTH_INFINITIES,
+    sp.erfc: BOTH_INFINITIES, sp.ndtr: BOTH_INFINITIES, sp.log_ndtr: BOTH_INFINITIES,
+    sp.logit: [(0.0, 1), (1.0, -1)], sp.erfinv: [(-1.0, 1), (1.0, -1)],
+    sp.gammaln: [(0.0, 1), (-0.0, -1), (INF, 0)], sp.digamma: [(0.0, 1), (-0.0, -1), (INF, 0)], sp.psi: [(INF, 0)],
+    sp.entr: [(0.0, 1), (INF, 0), (-1.0, 0)],
+    np.exp: [(-INF, 0)], np.expm1: [(-INF, 0)], np.exp2: [(-INF, 0)], np.tanh: BOTH_INFINITIES,
+    np.arctan: BOTH_INFINITIES, np.arcsinh: BOTH_INFINITIES, np.sqrt: [(0.0, 1), (INF, 0)],
+    np.log: [(0.0, 1), (INF, 0)], np.log2: [(0.0, 1), (INF, 0)], np.log10: [(0.0, 1), (INF, 0)],
+    np.log1p: [(-1.0, 1), (INF, 0)], np.cbrt: [(0.0, 1), (-0.0, -1)] + BOTH_INFINITIES,
+    np.arcsin: [(-1.0, 1), (1.0, -1)], np.arccos: [(-1.0, 1), (1.0, -1)], np.arctanh: [(-1.0, 1), (1.0, -1)],
+    np.arccosh: [(1.0, 1), (INF, 0)], np.reciprocal: [(0.0, 1), (-0.0, -1)] + BOTH_INFINITIES,
+}
+BINARY_EDGES = {  # ((x, y), (approach of x, of y))
+    np.logaddexp: [((a, b), (0, 0)) for a, b in [(-INF, 1.0), (1.0, -INF), (INF, 1.0), (1.0, INF), (INF, -INF), (-INF, INF)]],
+    np.logaddexp2: [((a, b), (0, 0)) for a, b in [(-INF, 1.0), (1.0, -INF), (INF, 1.0), (1.0, INF), (INF, -INF)]],
+    np.hypot: [((a, b), (0, 0)) for a, b in [(INF, 1.0), (-INF, 1.0), (2.0, INF), (2.0, -INF)]],
+    np.arctan2: [((a, b), (0, 0)) for a, b in [(INF, 1.0), (-INF, 1.0), (1.0, INF), (1.0, -INF), (-1.0, -INF)]],
+    sp.xlogy: [((0.0, 2.0), (0, 0)), ((0.0, 2.0), (1, 0)), ((1.0, 0.0), (0, 1)), ((0.0, 0.0), (0, 1))],
+    sp.xlog1py: [((0.0, 1.0), (0, 0)), ((1.0, -1.0), (0, 1)), ((0.0, -1.0), (0, 1))],
+}
+GROUPS = {np.logaddexp: (0, 0), np.logaddexp2: (0, 0), np.hypot: (0, 0)}   # steps that follow the larger operand
+
+
+def _scipy_special_functions():
+    from morphjit.array_api import UFUNCS
+    return {f for f in UFUNCS if getattr(sp, f.__name__, None) is f} | {sp.softplus}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_special_functions_and_ufuncs_at_infinity_and_the_ends_of_their_domains(backend):
+    missing = _scipy_special_functions() - set(UNARY_EDGES) - set(BINARY_EDGES)
+    assert not missing, f"SciPy functions without edges here: {sorted(f.__name__ for f in missing)}"
+    cases = [(f, limits.edge((p,), (a,))) for f, edges in UNARY_EDGES.items() for p, a in edges]
+    cases += [(f, limits.edge(p, a, groups=GROUPS.get(f))) for f, edges in BINARY_EDGES.items() for p, a in edges]
+    arguments = [[np.array(p) for p in e.point] for _, e in cases]
+
+    def loss(arguments):
+        values = [f(*args) for (f, _), args in zip(cases, arguments)]
+        return sum(np.sum(v) for v in values), values
+
+    (_, values), grads = mj.compile_loss(loss, has_aux=True, backend=backend)(arguments)
+    failures = []
+    for (f, e), value, grad in zip(cases, values, grads):
+        with np.errstate(all="ignore"):
+            expected = f(*e.point)
+        if not np.allclose(value, expected, rtol=1e-12, atol=0, equal_nan=True):
+            failures.append(f"{f.__name__}{e.point}: value {value!r}, the reference's {expected!r}")
+        misses = limits.gradient_misses_limits(grad, limits.derivative_limits(f, e))
+        failures += [f"{f.__name__}{e.point} from {e.approach}: {m}" for m in misses]
+    assert not failures, "\n".join(failures)
+
+
+def test_the_edges_in_float32_have_the_float64_gradients():
+    cases = [(f, (p,)) for f, edges in UNARY_EDGES.items() for p, _ in edges]
+    cases += [(f, p) for f, edges in BINARY_EDGES.items() for p, _ in edges]
+
+    def loss(arguments):
+        return sum(np.sum(f(*args)) for (f, _), args in zip(cases, arguments))
+
+    grads = {dtype: mj.compile_loss(loss, backend="interp")([[np.array(v, dtype) for v in p] for _, p in cases])[1]
+             for dtype in (np.float32, np.float64)}
+    for (f, p), g32, g64 in zip(cases, grads[np.float32], grads[np.float64]):
+        for a, b in zip(g32, g64):
+            assert a.dtype == np.float32
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"{f.__name__}{p}")
