@@ -44,7 +44,8 @@ class NativeStep:
     def __init__(self, plan: Plan, kernel, arguments, n_scalars: int = 0):
         self.kernel = kernel
         self.slots = plan.slots
-        self.consts = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
+        # Machine code reads a constant's buffer in row-major order, whatever made the program.
+        self.consts = {id(v): np.ascontiguousarray(c).reshape(internal_shape(v.shape)) for v, c in plan.consts}
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.workspace_values = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
         self.slot_of = plan.slot_of

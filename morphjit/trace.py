@@ -59,11 +59,12 @@ class Trace:
         return x
 
     def _const(self, array: np.ndarray) -> Var:
-        """A NumPy array captured by the function: its value is fixed when the function is traced."""
+        """A NumPy array captured by the function: its value is fixed when the function is traced, in
+        a C-contiguous copy (compiled code reads a constant's buffer in row-major order)."""
         key = id(array)
         if key not in self._const_vars:
             var = Var(TensorType(array.shape, array.dtype))
-            self.consts.append((var, np.array(array, copy=True)))
+            self.consts.append((var, np.array(array, copy=True, order="C")))
             # Keep `array` alive: a temporary's id may otherwise be reused by a later array.
             self._const_vars[key] = (array, var)
         return self._const_vars[key][1]
