@@ -424,19 +424,25 @@ def unslice(g, shape, starts, stops, steps):
                   steps=tuple(steps))
 
 
-def gather(x, index, axis: int = 0, names=None):
+def gather(x, index, axis: int = 0, names=None, slice_length=0):
     """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
     arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
     index = [_as_array(i) for i in index]
-    return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index))
+    return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index),
+                  **_slice_length(slice_length))
 
 
-def scatter_add(g, index, shape, axis: int = 0, names=None):
+def scatter_add(g, index, shape, axis: int = 0, names=None, slice_length=0):
     """Zeros of ``shape`` with ``g`` added at the positions ``gather(., index, axis)`` reads;
     repeated positions accumulate."""
     index = [_as_array(i) for i in index]
     return _apply("scatter_add", [_as_array(g)] + index, shape=tuple(shape), axis=int(axis),
-                  names=names or _argument_names(index))
+                  names=names or _argument_names(index), **_slice_length(slice_length))
+
+
+def _slice_length(length: int) -> dict:
+    """The ``slice_length`` parameter of a gather reading a slice with traced bounds (none for others)."""
+    return {"slice_length": length} if length else {}
 
 
 def _argument_names(index) -> tuple[str, ...]:

@@ -18,6 +18,7 @@ from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest,
                      RangeCheck, RowNest, ScatterAdd)
 from .ops import OPS
 from .plan import range_checks
+from .runtime import OUT_OF_RANGE
 
 
 def run(program: Program, *args) -> list[np.ndarray]:
@@ -88,9 +89,7 @@ def check_range(values: np.ndarray, ins: RangeCheck, batch) -> None:
     low = -extent if ins.negative else 0
     bad = np.argwhere((values < low) | (values >= extent))
     if len(bad):
-        position = ", ".join(str(int(i)) for i in bad[0])
-        error = {"ValueError": ValueError, "IndexError": IndexError}[ins.error]
-        raise error(f"{ins.what} must lie in [{low}, {extent}), got {values[tuple(bad[0])]} at position ({position})")
+        raise OUT_OF_RANGE[ins.error](ins.what, low, extent, values[tuple(bad[0])], *(int(i) for i in bad[0]))
 
 
 def _scatter_add(m: Machine, ins: ScatterAdd) -> None:

@@ -108,9 +108,11 @@ def _is_dynamic_slice(k) -> bool:
 
 
 def _dynamic_slices(a, key):
-    """Slices with traced bounds, each a gather along its axis at ``start + step * arange(extent)``
-    (the extent ``stop - start`` must not depend on the traced values); the key with them
-    replaced by full slices."""
+    """Slices with traced bounds, each a gather along its axis at ``start + step * arange(n)``,
+    ``n`` the length of ``range(0, stop - start, step)`` (the extent ``stop - start`` must not
+    depend on the traced values); the key with them replaced by full slices. ``start`` and the
+    positions' bound ``stop`` are NumPy's (``slice.indices``); a position at or past ``stop``,
+    which NumPy's slice lacks, reads at the axis length, and the gather's range check refuses it."""
     key = _expand_ellipsis(key, a.ndim)
     axis, rest = 0, []
     for k in key:
@@ -118,18 +120,26 @@ def _dynamic_slices(a, key):
             step = 1 if k.step is None else k.step
             extent = _fixed_extent(k)
             size = a.shape[axis]
-            if isinstance(step, Tracer) or extent is None or isinstance(size, Sym) or step <= 0:
+            # NumPy's slice of a negative extent is empty or not depending on the signs of the bounds.
+            if isinstance(step, Tracer) or extent is None or extent < 0 or isinstance(size, Sym) or step <= 0:
                 raise UnsupportedError(
                     "a slice with traced bounds needs an extent known when tracing (a positive integer "
-                    "step, stop - start not depending on traced values, as in x[i * n:(i + 1) * n]), "
-                    "on an axis that is not the batch axis", user_location())
-            start = A.where(k.start < 0, k.start + size, k.start)
-            index = start + np.arange(0, len(range(0, extent, step)) * step, step)
-            a = A.gather(a, (index,), axis)
+                    "step, stop - start at least 0 and not depending on traced values, as in "
+                    "x[i * n:(i + 1) * n]), on an axis that is not the batch axis", user_location())
+            count = len(range(0, extent, step))
+            positions = _slice_bound(k.start, size) + np.arange(0, count * step, step)
+            index = A.where(positions < _slice_bound(k.stop, size), positions, size)
+            a = A.gather(a, (index,), axis, slice_length=count)
             k = slice(None)
         rest.append(k)
         axis += k is not None
     return a, tuple(rest)
+
+
+def _slice_bound(bound, size: int):
+    """A traced start or stop of a slice with a positive step as NumPy reads it: from the end if
+    negative, then clipped to ``[0, size]``."""
+    return A.clip(A.where(bound < 0, bound + size, bound), 0, size)
 
 
 def _fixed_extent(k) -> int | None:

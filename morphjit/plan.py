@@ -93,9 +93,18 @@ def range_checks(program: Program) -> list[RangeCheck]:
                 if in_range(index, extent, producer):
                     continue
                 if id(index) not in consts or isinstance(extent, Sym):
-                    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
-                    checks.setdefault((id(index), extent), RangeCheck(index, extent, what, "IndexError", negative=True))
+                    checks.setdefault((id(index), extent), index_check(b, index, name, extent))
     return list(checks.values())
+
+
+def index_check(b, index, name: str, extent) -> RangeCheck:
+    """The range check of an index array of the gather or scatter-add ``b``; that of a slice with
+    traced bounds (``slice_length``) refuses the positions NumPy's slice lacks (one past the axis)."""
+    length = b.kwargs.get("slice_length")
+    if length:
+        return RangeCheck(index, extent, f"the slice with traced bounds{where(b)}, of {length} elements,", "slice")
+    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
+    return RangeCheck(index, extent, what, "IndexError", negative=True)
 
 
 def where(b) -> str:

@@ -179,7 +179,19 @@ class IndexOutOfRange(OutOfRange, IndexError):
     pass
 
 
-OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange}   # by RangeCheck.error
+class SliceOutOfRange(OutOfRange, IndexError):
+    """A slice with traced bounds that NumPy's slice at the bounds of this call does not fill: an
+    element of it has no position (its index is the axis length)."""
+
+    def __str__(self) -> str:
+        what, _, extent, _, element = self.args
+        return (f"{what} lacks its element {element} in NumPy's slice at this call's bounds (on an axis of "
+                f"{extent}): a slice with traced bounds keeps the length it was traced with, so its start and "
+                f"stop must lie inside the axis (both negative, or both non-negative)")
+
+
+OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange,   # by RangeCheck.error
+                "slice": SliceOutOfRange}
 
 
 def prepare(x, dtype) -> np.ndarray:
