@@ -310,7 +310,17 @@ def _reciprocal_count(a, axes, ddof=0):
 
 
 def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return sqrt(var(a, axis, dtype, out, ddof, keepdims))
+    """``sqrt(var)``; over one element, ``|x - mean|`` scaled, the same values (0, or NaN where x is
+    not finite or ``ddof`` leaves no degree of freedom) with the gradient 0 of a function that is 0
+    everywhere, where the square root's at 0 would make it NaN."""
+    a = _as_array(a)
+    axes = normalize_axes("std", axis, a.ndim)
+    if math.prod(a.shape[i] for i in axes) != 1:
+        return sqrt(var(a, axis, dtype, out, ddof, keepdims))
+    _no_out("std", out)
+    a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
+    centred = abs(subtract(a, mean(a, axis, keepdims=True)))
+    return multiply(sum(centred, axis, keepdims=keepdims), math.sqrt(_reciprocal_count(a, axes, ddof)))
 
 
 def max(a, axis=None, out=None, keepdims=False):
