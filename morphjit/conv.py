@@ -39,14 +39,14 @@ def _window_max_vjp(g, ans, x, shape, coeffs, axes):
     position = np.arange(math.prod(shape[k] for k in axes), dtype=x.dtype).reshape(
         tuple(shape[k] if k in axes else 1 for k in range(len(shape))))
     hit = A.logical_or(A.equal(xw, top), A.not_equal(xw, xw))
-    first = A.min(A.where(hit, position, np.inf), axis=axes, keepdims=True)
+    first = A.extremum("min", A.where(hit, position, np.inf), axes, keepdims=True)
     routed = A.where(A.equal(position, first), A.reshape(g, keep), 0.0)
     return (unwindow(routed, x.shape, coeffs),)
 
 
 defop("window_max", COMPOSITE, _window_max_rule,
       lambda x, shape, coeffs, axes: np.max(window_values(x, shape, coeffs), axis=axes), _window_max_vjp,
-      lower=lambda x, shape, coeffs, axes: A.max(window(x, shape, coeffs), axis=axes))
+      lower=lambda x, shape, coeffs, axes: A.extremum("max", window(x, shape, coeffs), axes, keepdims=False))
 
 
 

@@ -10,7 +10,7 @@ import numpy as np
 from .loopir import batched_input, internal_shape
 from .rng import GENERATORS, seed_of
 from .ir import evaluate, is_symbolic
-from .plan import Plan
+from .plan import Plan, check_not_empty, empty_reductions
 
 
 VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
@@ -57,6 +57,7 @@ class NativeStep:
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
         batched = batched_input(plan.inputs)
         self.batched = None if batched is None else plan.inputs.index(batched)
+        self.empty_reductions = empty_reductions(plan.program)
         self.idle: list[Workspace] = []   # workspaces no call is using
         self.call = self._first_call
 
@@ -133,6 +134,7 @@ class Workspace:
         they become ``fixed``, the views of the batch size called last."""
         views = self.views.get(batch)
         if views is None:
+            check_not_empty(self.step.empty_reductions, batch)
             if batch > self.pool_batch:
                 self.views.clear()   # views of the old pool would keep it alive
                 self.pool = [np.empty(evaluate(slot.size, batch), slot.dtype) for slot in self.step.slots]
