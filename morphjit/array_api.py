@@ -296,9 +296,6 @@ def _no_out(op: str, out):
                                user_location())
 
 
-NOT_GIVEN = np._NoValue   # NumPy's default of the keywords its functions pass on only when given
-
-
 def _masked(op: str, a, mask, fill):
     """``a`` where a reduction's ``where=`` mask holds (it broadcasts to ``a``), ``fill`` elsewhere."""
     if mask is True:
