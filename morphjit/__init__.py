@@ -38,7 +38,8 @@ from .stride_tricks import as_strided, sliding_window_view
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
                        value_and_grad)
-from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
+from .errors import (ArgumentError, ArgumentOverflowError, DtypeError, IndexingError, MorphjitError, ShapeError,
+                     TracingError, UnsupportedError)
 from .interp import run
 from .pytree import ravel_pytree
 from .second import hessian, hvp

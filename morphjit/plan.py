@@ -78,8 +78,9 @@ def make_plan(program: Program, copied: frozenset[int] = frozenset()) -> Plan:
 
 def range_checks(program: Program) -> list[RangeCheck]:
     """A range check of the class labels one-hot reads (inputs, or computed into a buffer by
-    fusion), and of each index array of a gather or scatter-add that is not a constant (those are
-    checked as they are traced; the others are inputs or computed into buffers, see
+    fusion), of the mask of the elements NumPy refuses in a traced parameter of a draw (all
+    False: below 1), and of each index array of a gather or scatter-add that is not a constant
+    (those are checked as they are traced; the others are inputs or computed into buffers, see
     ``Op.buffered``) or an iota no longer than its axis (``gathers.in_range``)."""
     consts = {id(v) for v, _ in program.consts}
     producer = {id(b.out): b for b in program.bindings}
@@ -88,6 +89,9 @@ def range_checks(program: Program) -> list[RangeCheck]:
         if b.op == "one_hot":
             labels = b.inputs[0]
             checks[(id(labels), b.kwargs["depth"])] = RangeCheck(labels, b.kwargs["depth"], "class labels")
+        if b.op == "check_parameter":
+            refused = b.inputs[1]
+            checks[(id(refused), 1)] = RangeCheck(refused, 1, b.kwargs["what"] + where(b), b.kwargs["error"])
         if b.op in ("gather", "scatter_add"):
             names = b.kwargs.get("names") or ("",) * (len(b.inputs) - 1)
             for index, name, extent in zip(b.inputs[1:], names, picked_extents(b)):

@@ -192,8 +192,25 @@ class SliceOutOfRange(OutOfRange, IndexError):
                 f"stop must lie inside the axis (both negative, or both non-negative)")
 
 
+class RefusedParameter(OutOfRange):
+    """A traced parameter of a draw that NumPy refuses (a negative scale), found by the compiled
+    step: ``what`` says which and why, the position is that of the first element refused."""
+
+    def __str__(self) -> str:
+        what, low, extent, value, *position = self.args
+        return f"{what}, at position ({', '.join(map(str, position))})" if position else what
+
+
+class RefusedValue(RefusedParameter, ValueError):
+    pass
+
+
+class RefusedRange(RefusedParameter, OverflowError):
+    pass
+
+
 OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange,   # by RangeCheck.error
-                "slice": SliceOutOfRange}
+                "ParameterValueError": RefusedValue, "ParameterOverflowError": RefusedRange, "slice": SliceOutOfRange}
 
 
 def prepare(x, dtype) -> np.ndarray:

@@ -1,7 +1,6 @@
 """Tracing: run the user's function on tracer arrays and record the forward SSA program."""
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import threading
@@ -12,6 +11,7 @@ from . import pytree
 from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error, updates_through_at
 from .errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
 from .ir import BATCH_SIZE, DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
+from .interrupts import guarded
 from .ops import ELEMENTWISE, OPS
 from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
 
@@ -280,8 +280,7 @@ def trace_with_tree(fn, args, batched=frozenset()):
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
     t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
     try:
-        with recording(t, symbolic=bool(batched)):
-            out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
+        out_leaves, out_tree = recorded(t, bool(batched), lambda: pytree.flatten(fn(*pytree.unflatten(treedef, tracers))))
         outputs = tuple(output_var(t, x) for x in out_leaves)
     finally:
         t.closed = True
@@ -293,17 +292,24 @@ def trace_with_tree(fn, args, batched=frozenset()):
 _current = threading.local()
 
 
-@contextlib.contextmanager
-def recording(t: Trace, symbolic: bool):
-    """While a function runs on ``t``'s tracers: ``t`` is this thread's current trace, and the
-    library functions that need it are replaced (``substitutes``)."""
-    stack = _current.__dict__.setdefault("traces", [])
-    stack.append(t)
-    try:
-        with ANY_TRACE.active(), (SYMBOLIC_EXTENT.active() if symbolic else contextlib.nullcontext()):
-            yield
-    finally:
-        stack.pop()
+def recorded(t: Trace, symbolic: bool, call):
+    """``call()``, the user's function on ``t``'s tracers, with ``t`` this thread's current trace
+    and the library functions that need it replaced (``substitutes``)."""
+    sections = (Current(t), ANY_TRACE, SYMBOLIC_EXTENT) if symbolic else (Current(t), ANY_TRACE)
+    return guarded(call, sections)
+
+
+class Current:
+    """``t`` the calling thread's current trace while entered (a section of `interrupts.guarded`)."""
+
+    def __init__(self, t: Trace):
+        self.t = t
+
+    def enter(self) -> None:
+        _current.__dict__.setdefault("traces", []).append(self.t)
+
+    def leave(self) -> None:
+        _current.traces.pop()
 
 
 def current_trace() -> Trace | None:

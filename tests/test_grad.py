@@ -18,6 +18,7 @@ import pytest
 
 import morphjit as mj
 from morphjit import array_api as A
+from morphjit import draw_checks as checks
 from morphjit.custom import is_user_op
 from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
@@ -301,6 +302,8 @@ for _name, _fn in [("rows", lambda ns, x: x[_DUP]), ("cols", lambda ns, x: x[:, 
          _name)
 case("gather", lambda ns, a, b: ns.choose(_DUP[:4] % 2, [a, b]) if ns is mj else
      ns.where(_DUP[:4] % 2 == 1, b, a), [(3, 4), (4,)], "choose")
+case("check_parameter", lambda ns, x: (checks.checked(x, "rng.normal", "scale", checks.NON_NEGATIVE) if ns is mj
+                                       else x) * x, [(2, 3)], "scale", domain="pos")
 case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
                                    else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
 

@@ -82,7 +82,7 @@ def test_every_op_agrees_with_reference(dtype):
     program = compiled.program(*every_op_args(dtype))
     used = {b.op for b in program.bindings} | {"matmul", "transpose", "broadcast_to", "fill"}
     used |= {name for name, op in OPS.items() if op.kind == LINALG}   # one program in test_linalg.py
-    used |= {"random"}   # drawn from a generator argument: test_random.py compares the backends
+    used |= {"random", "check_parameter"}   # a draw and the check of a traced parameter of one: test_random.py
     used |= {"window", "unwindow", "window_max"}                        # programs in test_conv.py
     assert set(OPS) - used - set(filter(is_user_op, OPS)) == set(), "an op is not exercised"
 

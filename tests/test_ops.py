@@ -322,6 +322,16 @@ def random_ref(seed, dist, dtype):
     return random_draws.draw(seed, 1, dist, DTYPES_BY_NAME[dtype], np.arange(12).reshape(3, 4))
 
 
+def check_parameter_make(rng, dt):
+    """A value and its mask of refused elements, none refused (a refused one raises: test_random.py)."""
+    x = values(rng, rand_shape(rng), dt)
+    return (x, np.zeros(x.shape, bool)), dict(what="rng.normal: scale < 0", error="ParameterValueError")
+
+
+def check_parameter(x, refused, what, error):
+    return array_api.bind("check_parameter", [x, refused], what=what, error=error)
+
+
 def one_hot_make(rng, dt):
     depth = int(rng.integers(1, 6))
     return (ints(rng, rand_shape(rng, 0, 2), dt, 0, depth),), dict(depth=depth, dtype=dt)
@@ -789,6 +799,8 @@ def _cases():
         Case("fill", "full_like-int", lambda x: mj.full_like(x, 7), lambda x: np.full_like(x, 7), int_make),
         Case("random", "normal", random_draw, random_ref, random_make("normal")),
         Case("random", "uniform", random_draw, random_ref, random_make("uniform")),
+        Case("check_parameter", "pass-through", check_parameter, lambda x, refused, what, error: x,
+             check_parameter_make),
         Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
              lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
         # Stable composites
