@@ -231,9 +231,12 @@ def _system_rectangular(op: str, a, b):
     return a, (A.expand_dims(b, -1) if vector else b), vector
 
 
-def pinv(a, rcond=None, hermitian=False):
+def pinv(a, rcond=None, hermitian=False, *, rtol=A.NOT_GIVEN):
     """``np.linalg.pinv`` for ``a`` of full rank, by reduced QR of ``a`` (or of its transpose
-    when it has fewer rows than columns)."""
+    when it has fewer rows than columns): no singular value is cut, whatever ``rcond`` (or its
+    array-API name ``rtol``) says."""
+    if rcond is not None and rtol is not A.NOT_GIVEN:
+        raise ValueError("pinv: `rtol` and `rcond` can't be both set.")
     a = _matrix("pinv", a)
     wide = a.shape[-2] < a.shape[-1]
     q, r = qr(A.swap_last(a) if wide else a)

@@ -7,6 +7,7 @@ form are the loop IR (``loopir``).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -14,10 +15,10 @@ import numpy as np
 
 from .gathers import in_range, picked_extents
 from .indexing import IndexMap
-from .ir import Namer, Program, Sym, Var
+from .ir import Namer, Program, Sym, Var, evaluate
 from .loopir import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
 from .memory import Slot, assign_slots, can_write_in_place, write_in_place  # noqa: F401  (train.py takes them from here)
-from .ops import COMPOSITE, OPS, VIEW
+from .ops import COMPOSITE, OPS, VIEW, empty_reduction_error
 from .selection import Selector
 
 
@@ -97,9 +98,34 @@ def range_checks(program: Program) -> list[RangeCheck]:
                 if in_range(index, extent, producer):
                     continue
                 if id(index) not in consts or isinstance(extent, Sym):
-                    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
-                    checks.setdefault((id(index), extent), RangeCheck(index, extent, what, "IndexError", negative=True))
+                    checks.setdefault((id(index), extent), index_check(b, index, name, extent))
     return list(checks.values())
+
+
+def index_check(b, index, name: str, extent) -> RangeCheck:
+    """The range check of an index array of the gather or scatter-add ``b``; that of a slice with
+    traced bounds (``slice_length``) refuses the positions NumPy's slice lacks (one past the axis)."""
+    length = b.kwargs.get("slice_length")
+    if length:
+        return RangeCheck(index, extent, f"the slice with traced bounds{where(b)}, of {length} elements,", "slice")
+    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
+    return RangeCheck(index, extent, what, "IndexError", negative=True)
+
+
+def empty_reductions(program: Program) -> list[tuple]:
+    """``(count, error)`` of each max or min of the user's (``empty`` names the function) whose
+    number of elements reduced depends on the batch size: at a batch size where it is 0 the step
+    raises ``error``, NumPy's."""
+    return [(math.prod(b.inputs[0].shape[a] for a in b.kwargs["axes"]),
+             f"{empty_reduction_error(b.kwargs['empty'])}{where(b)}")
+            for b in program.bindings if b.kwargs.get("empty")]
+
+
+def check_not_empty(reductions: list[tuple], batch: int) -> None:
+    """Raise the error of the first of ``empty_reductions`` over no element at ``batch``."""
+    for count, error in reductions:
+        if evaluate(count, batch) == 0:
+            raise ValueError(error)
 
 
 def where(b) -> str:

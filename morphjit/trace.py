@@ -59,11 +59,12 @@ class Trace:
         return x
 
     def _const(self, array: np.ndarray) -> Var:
-        """A NumPy array captured by the function: its value is fixed when the function is traced."""
+        """A NumPy array captured by the function: its value is fixed when the function is traced, in
+        a C-contiguous copy (compiled code reads a constant's buffer in row-major order)."""
         key = id(array)
         if key not in self._const_vars:
             var = Var(TensorType(array.shape, array.dtype))
-            self.consts.append((var, np.array(array, copy=True)))
+            self.consts.append((var, np.array(array, copy=True, order="C")))
             # Keep `array` alive: a temporary's id may otherwise be reused by a later array.
             self._const_vars[key] = (array, var)
         return self._const_vars[key][1]
@@ -216,24 +217,25 @@ class Tracer:
             raise ValueError(f"device {device!r}: traced arrays live on {self.device!r}")
         return self
 
-    def reshape(self, *shape, order="C"):
-        return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
+    def reshape(self, *shape, order="C", copy=None):
+        return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order, copy=copy)
 
     def transpose(self, *axes):
         return A.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
 
-    sum = lambda self, axis=None, dtype=None, out=None, keepdims=False: A.sum(self, axis, dtype, out, keepdims)
-    mean = lambda self, axis=None, dtype=None, out=None, keepdims=False: A.mean(self, axis, dtype, out, keepdims)
-    max = lambda self, axis=None, out=None, keepdims=False: A.max(self, axis, out, keepdims)
-    min = lambda self, axis=None, out=None, keepdims=False: A.min(self, axis, out, keepdims)
-    var = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: A.var(self, axis, dtype, out, ddof, keepdims)
-    std = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: A.std(self, axis, dtype, out, ddof, keepdims)
-    astype = lambda self, dtype: A.astype(self, dtype)
-    dot = lambda self, other: A.dot(self, other)
-    clip = lambda self, min=None, max=None: A.clip(self, min, max)
+    # ndarray's methods take the arguments of NumPy's functions after the array.
+    sum = lambda self, *args, **kwargs: A.sum(self, *args, **kwargs)
+    mean = lambda self, *args, **kwargs: A.mean(self, *args, **kwargs)
+    max = lambda self, *args, **kwargs: A.max(self, *args, **kwargs)
+    min = lambda self, *args, **kwargs: A.min(self, *args, **kwargs)
+    var = lambda self, *args, **kwargs: A.var(self, *args, **kwargs)
+    std = lambda self, *args, **kwargs: A.std(self, *args, **kwargs)
+    astype = lambda self, dtype, order="K", casting="unsafe", subok=True, copy=True: A.astype(self, dtype, casting)
+    dot = lambda self, b, out=None: A.dot(self, b, out)
+    clip = lambda self, min=None, max=None, out=None, **kwargs: A.clip(self, min, max, out, **kwargs)
     squeeze = lambda self, axis=None: A.squeeze(self, axis)
-    swapaxes = lambda self, a, b: A.swapaxes(self, a, b)
-    ravel = lambda self: A.ravel(self)
+    swapaxes = lambda self, axis1, axis2: A.swapaxes(self, axis1, axis2)
+    ravel = lambda self, order="C": A.ravel(self, order)
     flatten = ravel
     # Methods whose functions live in the op-family modules reach them through NumPy's dispatch.
     prod = lambda self, *args, **kwargs: np.prod(self, *args, **kwargs)

@@ -159,17 +159,17 @@ def test_every_op_has_the_same_nonfinite_gradients_on_both_backends(case):
 # Gradients at singular points: one answer on both backends (NaN, as in JAX and PyTorch)
 
 STD_AT_ZERO_SPREAD = {
-    "length-1 axis": (lambda w: mj.sum(mj.std(w, axis=1)), np.arange(4.0).reshape(4, 1)),
     "constant vector": (lambda w: mj.std(w), np.full(8, 2.5)),
     "constant rows": (lambda w: mj.sum(mj.std(w, axis=-1, keepdims=True)), np.full((4, 8), -1.0)),
-    "length-1 batch": (lambda w: mj.sum(mj.std(w, axis=0)), np.arange(3.0).reshape(1, 3)),
+    "constant columns": (lambda w: mj.sum(np.std(w, axis=0, ddof=1)), np.full((4, 2), 3.0)),
 }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(STD_AT_ZERO_SPREAD))
 def test_std_gradient_at_zero_spread_is_nan(name, backend):
-    """d std / dx = (x - mean) / (n std) is 0 / 0 where every value along the axis is equal."""
+    """d std / dx = (x - mean) / (n std) is 0 / 0 where the values along the axis (more than one)
+    are all equal: std is not differentiable there."""
     fn, w = STD_AT_ZERO_SPREAD[name]
     loss, grad = mj.compile_loss(fn, backend=backend)(w)
     assert loss == 0.0
@@ -194,12 +194,57 @@ def test_std_gradient_matches_finite_differences_where_defined(backend):
     check_loss_grads_fd(lambda xs: fn(xs[0]), [w], [grad], rng=rng)
 
 
+STD_OF_ONE_ELEMENT = {   # (the call on x, NumPy's or autograd's module, or None for the method), x's shape
+    "axis=1": (lambda ns, x: ns.std(x, axis=1), (4, 1)),
+    "keepdims": (lambda ns, x: ns.std(x, axis=-1, keepdims=True), (4, 1)),
+    "axis tuple": (lambda ns, x: ns.std(x, axis=(0, 1)), (1, 1, 3)),
+    "all of a (1,)": (lambda ns, x: ns.std(x), (1,)),
+    "0-d": (lambda ns, x: ns.std(x), ()),
+    "batch of one": (lambda ns, x: ns.std(x, axis=0), (1, 3)),
+    "ddof=-1": (lambda ns, x: ns.std(x, axis=1, ddof=-1), (4, 1)),
+    "method": (lambda ns, x: x.std(axis=1), (4, 1)),
+}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_std_over_a_length_1_axis_turns_a_trained_parameter_into_nan(backend):
-    step = mj.train_step(lambda p: mj.sum(mj.std(p["w"], axis=1)), mj.optim.sgd(0.1), backend=backend)
+@pytest.mark.parametrize("name", list(STD_OF_ONE_ELEMENT))
+def test_std_over_one_element_is_zero_and_so_is_its_gradient(name, backend):
+    """The standard deviation of one element is 0 whatever it is: its gradient is 0 (autograd's),
+    and its value NumPy's (NaN where the element is not finite)."""
+    import autograd
+    import autograd.numpy as anp
+
+    call, shape = STD_OF_ONE_ELEMENT[name]
+    x = np.random.default_rng(5).normal(size=shape)
+    for ns in (np, mj):
+        loss = mj.compile_loss(lambda x: ns.sum(call(ns, x) * 1.5), backend=backend)
+        value, grad = loss(x)
+        assert value == 0.0
+        np.testing.assert_array_equal(grad, autograd.grad(lambda x: anp.sum(call(anp, x) * 1.5))(x))
+        assert not grad.any()
+    if x.size:
+        bad = np.full(shape, np.inf)
+        with np.errstate(invalid="ignore"):
+            assert np.isnan(mj.compile_loss(lambda x: np.sum(call(np, x)), backend=backend)(bad)[0])
+            assert np.isnan(np.sum(call(np, bad)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_of_one_element_without_a_degree_of_freedom_is_nan(backend):
+    """ddof=1 over one element: NumPy's NaN (0 / 0), a NaN gradient."""
+    value, grad = mj.compile_loss(lambda x: np.sum(np.std(x, axis=1, ddof=1)), backend=backend)(np.ones((3, 1)))
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        assert np.isnan(np.std(np.ones((3, 1)), axis=1, ddof=1)).all()
+    assert np.isnan(value) and np.isnan(grad).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_over_a_length_1_axis_leaves_a_trained_parameter_as_it_is(backend):
+    step = mj.train_step(lambda p: mj.sum(mj.std(p["w"], axis=1)) + mj.sum(p["w"] * 0.5), mj.optim.sgd(0.1),
+                         backend=backend)
     params = {"w": np.arange(3.0).reshape(3, 1)}
     step(params, step.init(params))
-    assert np.isnan(params["w"]).all()
+    np.testing.assert_array_equal(params["w"], np.arange(3.0).reshape(3, 1) - 0.05)
 
 
 # ---------------------------------------------------------------------------------------------
