@@ -7,7 +7,8 @@ from .array_api import (
     sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
     swapaxes, tanh, transpose, var, where, zeros_like,
 )
-from .numpy_index import at, choose, take, take_along_axis
+from .numpy_index import at
+from .numpy_take import choose, take, take_along_axis
 from .numpy_ext import (
     arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt, ceil, copysign, cosh,
     deg2rad, divmod, exp2, expm1, fabs, float_power, floor, floor_divide, fmod, heaviside, hypot,
@@ -37,7 +38,8 @@ from .stride_tricks import as_strided, sliding_window_view
 from .cache import cache_info, clear_cache, prune_cache
 from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
                        value_and_grad)
-from .errors import DtypeError, IndexingError, MorphjitError, ShapeError, TracingError, UnsupportedError
+from .errors import (ArgumentError, ArgumentOverflowError, DtypeError, IndexingError, MorphjitError, ShapeError,
+                     TracingError, UnsupportedError)
 from .interp import run
 from .pytree import ravel_pytree
 from .second import hessian, hvp

@@ -29,6 +29,7 @@ from .ops import OPS, broadcast_shapes, keepdims_shape, slice_shape
 from .trace import SUPPORTED_DTYPES, Tracer
 
 _WEAK_PROTOTYPES = {"b": False, "i": 0, "u": 0, "f": 0.0}
+NOT_GIVEN = np._NoValue   # NumPy's default of the keywords its functions pass on only when given
 
 
 def _value(x):
@@ -204,8 +205,14 @@ def positive(x):
     return _value(x)
 
 
-def where(condition, x, y):
+def where(condition, x=NOT_GIVEN, y=NOT_GIVEN, /):
     """Pick ``x`` where ``condition`` holds and ``y`` elsewhere (broadcasting all three)."""
+    if x is NOT_GIVEN or y is NOT_GIVEN:
+        if x is not y:
+            raise ValueError("where: either both or neither of x and y should be given")
+        raise UnsupportedError("np.where(condition) with one argument (the positions where it holds, as "
+                               "np.nonzero) is not supported on traced arrays: their number depends on the "
+                               "values; give x and y", user_location())
     cond = _truth(condition)
     dtype, (a, b) = _promote([_value(x), _value(y)])
     known = _literal(cond)
@@ -218,8 +225,13 @@ def where(condition, x, y):
     return broadcast_to(chosen, shape)
 
 
-def clip(a, a_min=None, a_max=None):
-    """Limit values to ``[a_min, a_max]``; either bound may be None."""
+def clip(a, a_min=NOT_GIVEN, a_max=NOT_GIVEN, out=None, *, min=NOT_GIVEN, max=NOT_GIVEN, **kwargs):
+    """Limit values to ``[a_min, a_max]`` (or NumPy 2's ``min``, ``max``); either bound may be None."""
+    _no_out("clip", out)
+    if kwargs:
+        raise UnsupportedError(f"clip: the ufunc arguments {', '.join(f'{k}=' for k in kwargs)} are not supported "
+                               f"on traced arrays", user_location())
+    a_min, a_max = _bound("min", a_min, min), _bound("max", a_max, max)
     if a_min is None and a_max is None:
         raise ValueError("clip: give a_min, a_max or both")
     if a_min is None:
@@ -230,12 +242,33 @@ def clip(a, a_min=None, a_max=None):
     return _apply("clip", operands)
 
 
-def astype(x, dtype):
+def astype(x, dtype, casting="unsafe"):
+    """``x`` as ``dtype``, refused as NumPy refuses a conversion ``casting`` does not allow."""
     dtype = np.dtype(dtype)
     if dtype not in SUPPORTED_DTYPES:
         raise DtypeError(f"astype: dtype {dtype} is not supported", user_location())
     x = _as_array(x)
+    _check_casting(x.dtype, dtype, casting)
     return x if x.dtype == dtype else _apply("cast", [x], dtype=dtype_name(dtype))
+
+
+CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def _check_casting(source, target, casting: str) -> None:
+    """NumPy's errors for a ``casting=`` rule, or for one that does not let ``source`` become ``target``."""
+    if casting not in CASTINGS:
+        raise ValueError(f"casting must be one of 'no', 'equiv', 'safe', 'same_kind', or 'unsafe', got {casting!r}")
+    if not np.can_cast(source, target, casting):
+        raise TypeError(f"Cannot cast array data from {np.dtype(source)!r} to {np.dtype(target)!r} according to "
+                        f"the rule {casting!r}")
+
+
+def _bound(name: str, old, new):
+    """A bound of ``clip`` given as ``a_min`` or ``min`` (``a_max`` or ``max``), None if neither."""
+    if old is not NOT_GIVEN and new is not NOT_GIVEN:
+        raise ValueError(f"clip: passed more than one argument for a_{name}/{name}")
+    return None if old is NOT_GIVEN and new is NOT_GIVEN else new if old is NOT_GIVEN else old
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,41 +296,85 @@ def _no_out(op: str, out):
                                user_location())
 
 
-def _reduce(op_name: str, x, axis, keepdims: bool):
+def _masked(op: str, a, mask, fill):
+    """``a`` where a reduction's ``where=`` mask holds (it broadcasts to ``a``), ``fill`` elsewhere."""
+    if mask is True:
+        return a
+    if broadcast_shapes(op, _shape_of(mask), a.shape) != a.shape:
+        raise ShapeError(f"{op}: a where= mask of shape {_shape_of(mask)} does not broadcast to the reduced "
+                         f"array's shape {a.shape}", user_location())
+    return where(mask, a, fill)
+
+
+def _with_initial(combine, result, initial):
+    """A reduction's result combined with its ``initial=`` value, when one is given."""
+    return result if initial is NOT_GIVEN else combine(result, initial)
+
+
+def _reduce(op_name: str, x, axis, keepdims: bool, **params):
     x = _as_array(x)
     axes = normalize_axes(op_name, axis, x.ndim)
-    result = _apply(op_name, [x], axes=axes) if axes else x
+    result = _apply(op_name, [x], axes=axes, **params) if axes else x
     return reshape(result, keepdims_shape(x.shape, axes)) if keepdims else result
 
 
-def sum(a, axis=None, dtype=None, out=None, keepdims=False):
+def _extremum(op_name: str, x, axis, keepdims: bool, empty: str | None = None):
+    """``max`` or ``min``; ``empty`` names the user's function, whose error (NumPy's) a reduction
+    over no element raises: when tracing, or when the step runs where the number of elements
+    reduced depends on the batch size (see ``ops.EMPTY_REDUCTION``)."""
+    x = _as_array(x)
+    count = math.prod(x.shape[a] for a in normalize_axes(op_name, axis, x.ndim))
+    if empty and count == 0:
+        raise ShapeError(ops.empty_reduction_error(empty), user_location())
+    return _reduce(op_name, x, axis, keepdims, **({"empty": empty} if empty and isinstance(count, Sym) else {}))
+
+
+def sum(a, axis=None, dtype=None, out=None, keepdims=False, initial=NOT_GIVEN, where=True):
     if isinstance(a, trace.NotAnArray):
-        return a.sum(axis, dtype, out, keepdims)
+        return a.sum(axis, dtype, out, keepdims, initial=initial, where=where)
     _no_out("sum", out)
     a = _as_array(a)
     if dtype is not None:
         a = astype(a, dtype)
     elif a.dtype.kind in "bi":
         a = astype(a, np.int64)
-    return _reduce("sum", a, axis, keepdims)
+    return _with_initial(add, _reduce("sum", _masked("sum", a, where, 0), axis, keepdims), initial)
 
 
-def mean(a, axis=None, dtype=None, out=None, keepdims=False):
+def mean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     if isinstance(a, trace.NotAnArray):
-        return a.mean(axis, dtype, out, keepdims)
+        return a.mean(axis, dtype, out, keepdims, where=where)
     _no_out("mean", out)
     a = _as_array(a)
-    a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
-    return multiply(sum(a, axis, keepdims=keepdims), _reciprocal_count(a, normalize_axes("mean", axis, a.ndim)))
+    return _average(astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64)), axis, keepdims, where)
 
 
-def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
+def _average(a, axis, keepdims, mask, ddof=0):
+    """The mean of the float array ``a`` over ``axis`` where ``mask`` holds (``ddof`` taken from
+    the count: the divisor of ``var``)."""
+    total = sum(a, axis, keepdims=keepdims, where=mask)
+    if mask is True:
+        return multiply(total, _reciprocal_count(a, normalize_axes("mean", axis, a.ndim), ddof))
+    count = sum(astype(broadcast_to(mask, a.shape), a.dtype), axis, keepdims=keepdims)
+    return divide(total, maximum(subtract(count, ddof), 0))
+
+
+def var(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=NOT_GIVEN,
+        correction=NOT_GIVEN):
     _no_out("var", out)
     a = _as_array(a)
     a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
-    centred = subtract(a, mean(a, axis, keepdims=True))
-    return multiply(sum(square(centred), axis, keepdims=keepdims),
-                    _reciprocal_count(a, normalize_axes("var", axis, a.ndim), ddof))
+    centred = subtract(a, _average(a, axis, True, where) if mean is NOT_GIVEN else mean)
+    return _average(square(centred), axis, keepdims, where, _ddof("var", ddof, correction))
+
+
+def _ddof(op: str, ddof, correction):
+    """``ddof``, or its array-API name ``correction`` (NumPy refuses both)."""
+    if correction is NOT_GIVEN:
+        return ddof
+    if ddof != 0:
+        raise ValueError(f"{op}: ddof and correction can't be provided simultaneously.")
+    return correction
 
 
 def _reciprocal_count(a, axes, ddof=0):
@@ -309,28 +386,52 @@ def _reciprocal_count(a, axes, ddof=0):
     return 1.0 / count if count else np.nan
 
 
-def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False):
-    return sqrt(var(a, axis, dtype, out, ddof, keepdims))
+def std(a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=True, mean=NOT_GIVEN,
+        correction=NOT_GIVEN):
+    """``sqrt(var)``; over one element, ``|x - mean|`` scaled, the same values (0, or NaN where x is
+    not finite or ``ddof`` leaves no degree of freedom) with the gradient 0 of a function that is 0
+    everywhere, where the square root's at 0 would make it NaN."""
+    a = _as_array(a)
+    axes = normalize_axes("std", axis, a.ndim)
+    if math.prod(a.shape[i] for i in axes) != 1 or where is not True or mean is not NOT_GIVEN:
+        return sqrt(var(a, axis, dtype, out, ddof, keepdims, where=where, mean=mean, correction=correction))
+    _no_out("std", out)
+    a = astype(a, dtype or (a.dtype if is_float(a.dtype) else np.float64))
+    centred = abs(subtract(a, _average(a, axis, True, True)))
+    scale = math.sqrt(_reciprocal_count(a, axes, _ddof("std", ddof, correction)))
+    return multiply(sum(centred, axis, keepdims=keepdims), scale)
 
 
-def max(a, axis=None, out=None, keepdims=False):
+def _masked_extremum(op_name: str, a, axis, keepdims, initial, mask, combine):
+    """``max`` or ``min`` with NumPy's ``initial=`` (combined with the result: no element is then
+    no error) and ``where=`` (which needs ``initial``)."""
+    if mask is not True and initial is NOT_GIVEN:
+        raise ValueError(f"{op_name}: reduction operation '{'maximum' if op_name == 'max' else 'minimum'}' does "
+                         f"not have an identity, so to use a where mask one has to specify 'initial'")
+    a = _masked(op_name, _as_array(a), mask, initial if mask is not True else 0)
+    result = _extremum(op_name, a, axis, keepdims, empty=op_name if initial is NOT_GIVEN else None)
+    return _with_initial(combine, result, initial)
+
+
+def max(a, axis=None, out=None, keepdims=False, initial=NOT_GIVEN, where=True):
     _no_out("max", out)
-    return _reduce("max", a, axis, keepdims)
+    return _masked_extremum("max", a, axis, keepdims, initial, where, maximum)
 
 
-def min(a, axis=None, out=None, keepdims=False):
+def min(a, axis=None, out=None, keepdims=False, initial=NOT_GIVEN, where=True):
     _no_out("min", out)
-    return _reduce("min", a, axis, keepdims)
+    return _masked_extremum("min", a, axis, keepdims, initial, where, minimum)
 
 
 # ---------------------------------------------------------------------------------------------
 # Views
 
-def reshape(a, newshape, order="C"):
+def reshape(a, shape, order="C", *, copy=None):
+    """NumPy's reshape in order 'C' (a traced array has no layout: ``copy`` changes nothing)."""
     if order != "C":
         raise UnsupportedError(f"reshape: only order='C' is supported, got order={order!r}", user_location())
     a = _as_array(a)
-    shape = _resolve_shape(a.shape, newshape)
+    shape = _resolve_shape(a.shape, shape)
     return a if shape == a.shape else _apply("reshape", [a], shape=shape)
 
 
@@ -377,7 +478,7 @@ def swap_last(a):
     return swapaxes(a, -1, -2)
 
 
-def broadcast_to(array, shape):
+def broadcast_to(array, shape, subok=False):
     shape = _extents(shape)
     x = _value(array)
     if isinstance(x, Lit) or not isinstance(x, (Tracer, np.ndarray)):
@@ -404,8 +505,13 @@ def squeeze(a, axis=None):
     return reshape(a, tuple(d for i, d in enumerate(a.shape) if i not in axes))
 
 
-def ravel(a):
-    return reshape(a, -1)
+def ravel(a, order="C"):
+    """The elements in row-major order ('C'; 'A' and 'K' too: a traced array is as if
+    C-contiguous), or column-major ('F')."""
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(f"ravel: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    a = _as_array(a)
+    return reshape(transpose(a) if order == "F" else a, -1)
 
 
 def slice_array(a, starts, stops, steps):
@@ -424,19 +530,25 @@ def unslice(g, shape, starts, stops, steps):
                   steps=tuple(steps))
 
 
-def gather(x, index, axis: int = 0, names=None):
+def gather(x, index, axis: int = 0, names=None, slice_length=0):
     """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
     arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
     index = [_as_array(i) for i in index]
-    return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index))
+    return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index),
+                  **_slice_length(slice_length))
 
 
-def scatter_add(g, index, shape, axis: int = 0, names=None):
+def scatter_add(g, index, shape, axis: int = 0, names=None, slice_length=0):
     """Zeros of ``shape`` with ``g`` added at the positions ``gather(., index, axis)`` reads;
     repeated positions accumulate."""
     index = [_as_array(i) for i in index]
     return _apply("scatter_add", [_as_array(g)] + index, shape=tuple(shape), axis=int(axis),
-                  names=names or _argument_names(index))
+                  names=names or _argument_names(index), **_slice_length(slice_length))
+
+
+def _slice_length(length: int) -> dict:
+    """The ``slice_length`` parameter of a gather reading a slice with traced bounds (none for others)."""
+    return {"slice_length": length} if length else {}
 
 
 def _argument_names(index) -> tuple[str, ...]:
@@ -464,7 +576,8 @@ def matmul(a, b):
     return squeeze(out, tuple(drop)) if drop else out
 
 
-def dot(a, b):
+def dot(a, b, out=None):
+    _no_out("dot", out)
     a, b = _as_array(a), _as_array(b)
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
@@ -474,19 +587,28 @@ def dot(a, b):
     return matmul(a, b)
 
 
-def concatenate(arrays, axis=0):
-    arrays = [_as_array(x) for x in arrays]
-    if not arrays:
-        raise ValueError("concatenate: need at least one array")
+def concatenate(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _no_out("concatenate", out)
+    arrays = _joined("concatenate", arrays, dtype, casting)
     if axis is None:
         arrays, axis = [ravel(x) for x in arrays], 0
-    _, arrays = _promote(arrays)
     axis = normalize_axes("concatenate", axis, arrays[0].ndim)[0]
     return arrays[0] if len(arrays) == 1 else _apply("concatenate", arrays, axis=axis)
 
 
-def stack(arrays, axis=0):
+def _joined(op: str, arrays, dtype, casting: str) -> list:
+    """The arrays a join takes, as ``dtype`` (NumPy's result dtype of them if None), each refused
+    as NumPy refuses a conversion ``casting`` does not allow."""
     arrays = [_as_array(x) for x in arrays]
+    if not arrays:
+        raise ValueError(f"{op}: need at least one array to {op}")
+    target = _result_dtype(arrays) if dtype is None else np.dtype(dtype)
+    return [astype(x, target, casting) for x in arrays]
+
+
+def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
+    _no_out("stack", out)
+    arrays = _joined("stack", arrays, dtype, casting)
     if len({x.shape for x in arrays}) > 1:
         raise ShapeError(f"stack: all arrays must have the same shape, got "
                          f"{', '.join(str(x.shape) for x in arrays)}", user_location())
@@ -506,16 +628,20 @@ def full(shape, fill_value, dtype=None, like=None):
     return like.bind("fill", (), **params) if like is not None else OPS["fill"].impl(**params)
 
 
-def full_like(a, fill_value, dtype=None):
-    return full(_shape_of(a), fill_value, dtype or _dtype_of(a), like=_trace_of([a]))
+def full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    """An array of ``fill_value`` of ``a``'s shape (or ``shape``) and dtype (or ``dtype``); ``order``
+    and ``subok`` change nothing on a traced array, which lives on the CPU."""
+    if device not in (None, "cpu"):
+        raise ValueError(f'full_like: device {device!r} not understood. Only "cpu" is allowed.')
+    return full(_shape_of(a) if shape is None else shape, fill_value, dtype or _dtype_of(a), like=_trace_of([a]))
 
 
-def zeros_like(a, dtype=None):
-    return full_like(a, 0, dtype)
+def zeros_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return full_like(a, 0, dtype, shape=shape, device=device)
 
 
-def ones_like(a, dtype=None):
-    return full_like(a, 1, dtype)
+def ones_like(a, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return full_like(a, 1, dtype, shape=shape, device=device)
 
 
 def one_hot(labels, depth: int, dtype=np.float64):
@@ -631,6 +757,9 @@ dtype_of = _dtype_of
 shape_of = _shape_of
 truth = _truth
 no_out = _no_out
+extremum = _extremum
+masked = _masked
+with_initial = _with_initial
 elementwise_function = _elementwise
 
 ops.use_array_functions(sys.modules[__name__])

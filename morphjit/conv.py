@@ -39,14 +39,14 @@ def _window_max_vjp(g, ans, x, shape, coeffs, axes):
     position = np.arange(math.prod(shape[k] for k in axes), dtype=x.dtype).reshape(
         tuple(shape[k] if k in axes else 1 for k in range(len(shape))))
     hit = A.logical_or(A.equal(xw, top), A.not_equal(xw, xw))
-    first = A.min(A.where(hit, position, np.inf), axis=axes, keepdims=True)
+    first = A.extremum("min", A.where(hit, position, np.inf), axes, keepdims=True)
     routed = A.where(A.equal(position, first), A.reshape(g, keep), 0.0)
     return (unwindow(routed, x.shape, coeffs),)
 
 
 defop("window_max", COMPOSITE, _window_max_rule,
       lambda x, shape, coeffs, axes: np.max(window_values(x, shape, coeffs), axis=axes), _window_max_vjp,
-      lower=lambda x, shape, coeffs, axes: A.max(window(x, shape, coeffs), axis=axes))
+      lower=lambda x, shape, coeffs, axes: A.extremum("max", window(x, shape, coeffs), axes, keepdims=False))
 
 
 
@@ -63,11 +63,53 @@ def _merge_groups(out, at: int):
     return A.reshape(out, out.shape[:at] + (out.shape[at] * out.shape[at + 1],) + out.shape[at + 2:])
 
 
-def _ints(name: str, value, count: int) -> tuple[int, ...]:
-    values = (value,) * count if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(values) != count or not all(isinstance(v, (int, np.integer)) for v in values):
-        raise ShapeError(f"{name} must be an int or {count} ints, got {value!r}", user_location())
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _ints(op: str, name: str, value, count: int, least: int) -> tuple[int, ...]:
+    """``value`` (an int, or ``count`` of them) as ``count`` ints, each at least ``least``, as
+    PyTorch's convolutions and poolings check their arguments."""
+    values = (value,) * count if _is_int(value) else tuple(value) if isinstance(value, (tuple, list)) else ()
+    if len(values) != count or not all(_is_int(v) for v in values):
+        raise ShapeError(f"{op}: {name} must be an int or {count} ints, got {value!r}", user_location())
+    if any(v < least for v in values):
+        raise ShapeError(f"{op}: {name} must be at least {least} (as in PyTorch), got {value!r}", user_location())
     return tuple(int(v) for v in values)
+
+
+def _groups(op: str, groups, **channels: int) -> int:
+    """``groups``: a positive int dividing the counts of ``channels`` (input, output)."""
+    if not _is_int(groups) or groups < 1:
+        raise ShapeError(f"{op}: groups must be a positive int, got {groups!r}", user_location())
+    if any(n % groups for n in channels.values()):
+        counts = " and ".join(f"{n} {kind}" for kind, n in channels.items())
+        raise ShapeError(f"{op}: groups={groups} must divide the {counts} channels", user_location())
+    return int(groups)
+
+
+def _kernel(op: str, sizes) -> tuple[int, ...]:
+    if any(k < 1 for k in sizes):
+        raise ShapeError(f"{op}: the kernel size {tuple(sizes)} must be at least 1 along every axis", user_location())
+    return tuple(sizes)
+
+
+def _check_fits(op: str, extents, pads, sizes, dilation) -> None:
+    """Every window (``dilation`` apart taps of ``sizes``) fits the padded input: an output of at
+    least one element per axis."""
+    padded = tuple(n + lo + hi for n, (lo, hi) in zip(extents, pads))
+    if any(n < d * (k - 1) + 1 for n, k, d in zip(padded, sizes, dilation)):
+        raise ShapeError(f"{op}: a kernel of size {tuple(sizes)} with dilation {tuple(dilation)} does not fit the "
+                         f"input of spatial size {tuple(extents)} padded to {padded}: the output would be empty",
+                         user_location())
+
+
+def _bias(op: str, b, channels: int):
+    b = A.as_array(b)
+    if b.shape != (channels,):
+        raise ShapeError(f"{op}: the bias must have shape ({channels},) (one per output channel), got {b.shape}",
+                         user_location())
+    return b
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,15 +136,14 @@ def _padding(padding, nd: int, sizes, dilation, stride, op: str) -> list[tuple[i
         if any(s != 1 for s in stride):
             raise UnsupportedError(f"{op}: padding='same' needs stride 1 (as in PyTorch)", user_location())
         return [(d * (k - 1) // 2, d * (k - 1) - d * (k - 1) // 2) for k, d in zip(sizes, dilation)]
-    if isinstance(padding, (int, np.integer)):
-        return [(int(padding), int(padding))] * nd
-    pads = list(padding)
-    if len(pads) == nd and all(isinstance(p, (int, np.integer)) for p in pads):
-        return [(int(p), int(p)) for p in pads]
-    if len(pads) == nd and all(len(p) == 2 for p in pads):
-        return [(int(lo), int(hi)) for lo, hi in pads]
-    raise ShapeError(f"{op}: padding must be 'valid', 'same', an int, {nd} ints or {nd} (before, after) pairs, "
-                     f"got {padding!r}", user_location())
+    pads = [padding] * nd if _is_int(padding) else list(padding) if isinstance(padding, (tuple, list)) else []
+    pairs = [(p, p) if _is_int(p) else tuple(p) if isinstance(p, (tuple, list)) else () for p in pads]
+    if len(pairs) != nd or not all(len(p) == 2 and all(_is_int(e) for e in p) for p in pairs):
+        raise ShapeError(f"{op}: padding must be 'valid', 'same', an int, {nd} ints or {nd} (before, after) pairs, "
+                         f"got {padding!r}", user_location())
+    if any(e < 0 for p in pairs for e in p):
+        raise ShapeError(f"{op}: padding must be at least 0 (as in PyTorch), got {padding!r}", user_location())
+    return [(int(lo), int(hi)) for lo, hi in pairs]
 
 
 def padded(x, spatial, pads, fill=0.0):
@@ -140,9 +181,11 @@ def conv(x, w, b=None, *, nd, stride=1, padding=0, dilation=1, groups=1, layout=
     if x.ndim != nd + 2 or w.ndim != nd + 2:
         raise ShapeError(f"{op}: expected input and weight of {nd + 2} dimensions, got {x.shape} and {w.shape}",
                          user_location())
-    sizes, stride, dilation = w.shape[2:], _ints("stride", stride, nd), _ints("dilation", dilation, nd)
+    sizes, stride = _kernel(op, w.shape[2:]), _ints(op, "stride", stride, nd, 1)
+    dilation = _ints(op, "dilation", dilation, nd, 1)
     c_in, c_out = x.shape[channel], w.shape[0]
-    if groups < 1 or c_in % groups or c_out % groups or w.shape[1] != c_in // groups:
+    groups = _groups(op, groups, input=c_in, output=c_out)
+    if w.shape[1] != c_in // groups:
         raise ShapeError(f"{op}: input of {c_in} channels, weight of shape {w.shape} and groups={groups} "
                          f"do not match (the weight's second axis is in channels // groups)", user_location())
     if method == "auto":
@@ -150,6 +193,8 @@ def conv(x, w, b=None, *, nd, stride=1, padding=0, dilation=1, groups=1, layout=
     if method not in ("gemm", "direct"):
         raise ValueError(f"{op}: method must be 'auto', 'gemm' or 'direct', got {method!r}")
     pads = _padding(padding, nd, sizes, dilation, stride, op)
+    _check_fits(op, tuple(x.shape[a] for a in spatial), pads, sizes, dilation)
+    b = None if b is None else _bias(op, b, c_out)
     if groups > 1:   # channels split into (groups, channels per group): a view of x's buffer
         x = A.reshape(x, x.shape[:channel] + (groups, c_in // groups) + x.shape[channel + 1:])
         w = A.reshape(w, (groups, c_out // groups) + w.shape[1:])
@@ -159,7 +204,7 @@ def conv(x, w, b=None, *, nd, stride=1, padding=0, dilation=1, groups=1, layout=
     xw = window(x, *windows(x.shape, spatial, sizes, steps, dilation))
     out = _contract(xw, w, nd, channel == 1, groups > 1, method)
     if b is not None:
-        out = A.add(out, A.reshape(A.as_array(b), (c_out,) + (1,) * nd if channel == 1 else (c_out,)))
+        out = A.add(out, A.reshape(b, (c_out,) + (1,) * nd if channel == 1 else (c_out,)))
     return out
 
 
@@ -231,14 +276,21 @@ def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups
     op, nd = "conv_transpose2d", 2
     x, w = A.as_array(x), A.as_array(w)
     channel, spatial = _spatial_axes(layout, nd, op)
-    if x.ndim != 4 or w.ndim != 4 or x.shape[channel] != w.shape[0] or w.shape[0] % groups:
+    if x.ndim != 4 or w.ndim != 4 or x.shape[channel] != w.shape[0]:
         raise ShapeError(f"{op}: input {x.shape} ({layout}) and weight {w.shape} (in channels, out channels // "
-                         f"groups, kh, kw) do not match with groups={groups}", user_location())
-    sizes = w.shape[2:]
-    stride, dilation = _ints("stride", stride, nd), _ints("dilation", dilation, nd)
-    pads, extra = _ints("padding", padding, nd), _ints("output_padding", output_padding, nd)
+                         f"groups, kh, kw) do not match", user_location())
+    groups = _groups(op, groups, input=w.shape[0])
+    sizes = _kernel(op, w.shape[2:])
+    stride, dilation = _ints(op, "stride", stride, nd, 1), _ints(op, "dilation", dilation, nd, 1)
+    pads, extra = _ints(op, "padding", padding, nd, 0), _ints(op, "output_padding", output_padding, nd, 0)
     if any(e >= max(s, d) for e, s, d in zip(extra, stride, dilation)):
         raise ShapeError(f"{op}: output_padding {extra} must be smaller than stride or dilation", user_location())
+    full_sizes = [(x.shape[a] - 1) * s + d * (kk - 1) + 1 + e
+                  for a, s, d, kk, e in zip(spatial, stride, dilation, sizes, extra)]
+    if any(n - 2 * p < 1 for n, p in zip(full_sizes, pads)):
+        raise ShapeError(f"{op}: padding {pads} crops the output of spatial size {tuple(full_sizes)} to nothing",
+                         user_location())
+    b = None if b is None else _bias(op, b, w.shape[1] * groups)
     first = channel == 1
     p, k = "HW", "ij"
     g = "g" if groups > 1 else ""
@@ -251,8 +303,8 @@ def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups
     if groups > 1:
         cols = _merge_groups(cols, cols_letters.index("g"))
     full = list(cols.shape[:nd + 2])
-    for a, s, d, kk, e in zip(spatial, stride, dilation, sizes, extra):
-        full[a] = (full[a] - 1) * s + d * (kk - 1) + 1 + e
+    for a, n in zip(spatial, full_sizes):
+        full[a] = n
     steps = _per_axis(stride, spatial, nd + 2)
     shape, coeffs = windows(tuple(full), spatial, sizes, steps, dilation)
     out = unwindow(cols, full, coeffs)
@@ -262,7 +314,7 @@ def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups
         out = getitem(out, key)
     if b is not None:
         c_out = out.shape[channel]
-        out = A.add(out, A.reshape(A.as_array(b), (c_out, 1, 1) if first else (c_out,)))
+        out = A.add(out, A.reshape(b, (c_out, 1, 1) if first else (c_out,)))
     return out
 
 
@@ -276,13 +328,14 @@ def _pool_windows(x, kernel_size, stride, padding, dilation, layout, op, fill):
     x = A.as_array(x)
     if x.ndim != 4:
         raise ShapeError(f"{op}: expected a 4-d input ({layout}), got shape {x.shape}", user_location())
-    sizes = _ints("kernel_size", kernel_size, nd)
-    stride = sizes if stride is None else _ints("stride", stride, nd)
-    pads = _ints("padding", padding, nd)
-    dilation = _ints("dilation", dilation, nd)
-    if any(2 * p > k for p, k in zip(pads, sizes)):
-        raise ShapeError(f"{op}: padding {pads} must be at most half the kernel size {sizes} (as in PyTorch)",
-                         user_location())
+    sizes = _ints(op, "kernel_size", kernel_size, nd, 1)
+    stride = sizes if stride is None else _ints(op, "stride", stride, nd, 1)
+    pads = _ints(op, "padding", padding, nd, 0)
+    dilation = _ints(op, "dilation", dilation, nd, 1)
+    if any(2 * p > d * (k - 1) + 1 for p, k, d in zip(pads, sizes, dilation)):
+        raise ShapeError(f"{op}: padding {pads} must be at most half the kernel size {sizes} (with dilation "
+                         f"{dilation}: as in PyTorch)", user_location())
+    _check_fits(op, tuple(x.shape[a] for a in spatial), [(p, p) for p in pads], sizes, dilation)
     x = padded(x, spatial, [(p, p) for p in pads], fill)
     steps = _per_axis(stride, spatial, x.ndim)
     shape, coeffs = windows(x.shape, spatial, sizes, steps, dilation)

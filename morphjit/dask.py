@@ -21,7 +21,6 @@ the same arithmetic in the same order, so the result does not change.
 """
 from __future__ import annotations
 
-import math
 import threading
 
 import numpy as np
@@ -34,13 +33,13 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
     raise ImportError("mj.dask needs dask and distributed: pip install 'morphjit[dask]'") from error
 
 from . import pytree
+from .dask_checks import (check_client, check_count, check_data, check_optional_count, check_params,
+                          check_reduction, is_count, param_copies)
 from .dask_worker import (ROWS_PER_CALL, ResidentChunks, Shipped, VersionMismatch, add_parts, apply_update,
                           averaged_replica, group_part, identity, local_part, loss_of, mismatch,
                           replica_part, sum_parts, versions, worker_cache_info)
+from .dask_worker import WorkerError  # noqa: F401 (mj.dask.WorkerError: what a worker raises in its place)
 from .optim import Optimizer
-
-
-REDUCTIONS = ("mean", "sum")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,6 +62,7 @@ def check_versions(client, expected: dict | None = None) -> None:
 
 def connected_client(client=None):
     """The client to use (the default one unless given), its workers' versions checked once."""
+    check_client(client)
     if client is None:
         try:
             client = distributed.get_client()
@@ -98,26 +98,10 @@ def tree_sum(client, futures: list, split_every: int):
 # ---------------------------------------------------------------------------------------------
 # Data held as Dask arrays
 
-def check_data(data) -> list:
-    """The data arrays, checked: Dask arrays with the same number of rows."""
-    if not data:
-        raise ValueError("pass the data as Dask arrays after the loss (dataset_loss(loss, x, y))")
-    for k, x in enumerate(data):
-        if not isinstance(x, da.Array):
-            raise TypeError(f"data argument {k} is a {type(x).__name__}; mj.dask takes Dask arrays "
-                            f"(da.from_array(x, chunks=...)) chunked along the batch axis")
-        if x.ndim == 0 or math.isnan(x.shape[0]):
-            raise ValueError(f"data argument {k} needs a known leading (batch) extent; got shape {x.shape} "
-                             f"(for a dataframe use .to_dask_array(lengths=True))")
-    rows = data[0].shape[0]
-    if rows == 0:
-        raise ValueError(f"the data have no rows (data argument 0 has shape {data[0].shape}): mj.dask needs at "
-                         f"least one row to compute a loss over")
-    for k, x in enumerate(data[1:], 1):
-        if x.shape[0] != rows:
-            raise ValueError(f"data argument 0 has {rows} rows but data argument {k} has {x.shape[0]}: "
-                             f"data arguments share their leading (batch) dimension")
-    return list(data)
+def nonempty(row_chunks: tuple) -> tuple:
+    """The chunk sizes along the rows without the empty ones, which hold nothing to add (a
+    filtered dataframe's chunks, a concatenation with an empty piece)."""
+    return tuple(n for n in row_chunks if n > 0)
 
 
 def aligned(data, row_chunks) -> list:
@@ -156,14 +140,13 @@ class DatasetLoss:
     """The loss and gradients of ``loss`` over data held as Dask arrays; see ``dataset_loss``."""
 
     def __init__(self, loss, data, reduction="mean", client=None, rows_per_call=ROWS_PER_CALL):
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-        self.client = connected_client(client)
+        self.reduction = check_reduction(reduction)
+        self.rows_per_call = check_optional_count("rows_per_call", rows_per_call, 1)
         self.shipped = Shipped.of(loss)
-        self.reduction, self.rows_per_call = reduction, rows_per_call
         data = check_data(data)
+        self.client = connected_client(client)
         self.rows = data[0].shape[0]
-        self.chunk_rows = data[0].chunks[0]
+        self.chunk_rows = nonempty(data[0].chunks[0])
         self._meta = [(x.shape[1:], x.dtype) for x in data]
         self.blocks = placed_blocks(self.client, aligned(data, self.chunk_rows))
         self.groups = resident_groups(self.client, self.blocks)
@@ -211,6 +194,7 @@ class DatasetLoss:
         adds the groups' parts in order. If an actor fails (its worker was lost or restarted),
         the call is made again by ``submit``'s tasks, which give the same numbers, and the actors
         are made again at the next call; an error of the loss itself is raised by the tasks."""
+        check_params(params)
         try:
             calls = [resident.part(params) for resident in self.residents()]
             parts = [call.result() for call in calls]
@@ -230,6 +214,7 @@ class DatasetLoss:
     def scipy_objective(self, params) -> "FlatObjective":
         """This loss as a function of one float64 vector, for ``scipy.optimize.minimize(...,
         jac=True)``; ``params`` gives the structure, shapes and dtypes (and ``x0``)."""
+        check_params(params)
         return FlatObjective(self, FlatParams(params))
 
     def worker_cache_info(self) -> dict:
@@ -245,9 +230,10 @@ def dataset_loss(loss, *data, reduction="mean", client=None, rows_per_call=ROWS_
     ``reduction`` says how the loss aggregates over rows: ``"mean"`` (the loss is a mean over the
     rows of its batch, plus terms that do not depend on the rows, like a penalty on the
     parameters: chunk results are weighted by their rows over the total) or ``"sum"`` (a sum
-    over rows: chunk results are added; a penalty would be counted once per chunk). The data are
-    computed once into the workers' memory, the chunks spread evenly by rows (a copy if they were
-    persisted already: pass them unpersisted to hold them once); each call sends the parameters
+    over rows: chunk results are added; a penalty would be counted once per chunk; empty chunks
+    are left out). The data are computed once into the workers' memory, the chunks spread evenly
+    by rows (a copy if they were persisted already: pass them unpersisted to hold them once);
+    each call sends the parameters
     once to each worker holding chunks and returns only the loss and gradients, added on the
     workers and then over the workers on the client. A worker runs the compiled step on
     ``rows_per_call`` rows of a chunk at a time (None: the whole chunk), so that the forward and
@@ -300,11 +286,17 @@ class FlatObjective:
 # ---------------------------------------------------------------------------------------------
 # Data-parallel training
 
-def shard_sizes(rows: int, shards: int) -> tuple[int, ...]:
+def shard_sizes(rows: int, shards) -> tuple[int, ...]:
     """``rows`` cut into ``shards`` consecutive shards whose sizes differ by at most one."""
-    if not isinstance(shards, int) or not 1 <= shards <= rows:
+    if not is_count(shards, 1) or shards > rows:
         raise ValueError(f"shards must be an integer from 1 to the number of rows ({rows}), got {shards!r}")
+    shards = int(shards)
     return tuple(rows // shards + (r < rows % shards) for r in range(shards))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Are ``a`` and ``b`` the same array bit for bit: dtype, shape and every byte?"""
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
 class DataParallel:
@@ -314,21 +306,21 @@ class DataParallel:
                  checkpoint_every=100, local_steps=1):
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"optimizer must come from mj.optim, got {type(optimizer).__name__}")
-        for name, value in (("local_steps", local_steps), ("checkpoint_every", checkpoint_every)):
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        self.client = connected_client(client)
+        self.local_steps = check_count("local_steps", local_steps, 1)
+        self.checkpoint_every = check_count("checkpoint_every", checkpoint_every, 1)
+        self.batch_size = check_optional_count("batch_size", batch_size, 1)
+        self.seed = check_count("seed", seed, 0)
         self.shipped, self.optimizer = Shipped.of(loss), optimizer
-        self.batch_size, self.seed, self.checkpoint_every = batch_size, seed, checkpoint_every
-        self.local_steps, self.rounds = local_steps, 0
+        leaves, self.treedef = param_copies(params)
         data = check_data(data)
-        self.shard_rows = shard_sizes(data[0].shape[0], shards or len(self.client.scheduler_info()["workers"]))
+        self.client = connected_client(client)
+        self.rounds = 0
+        workers = len(self.client.scheduler_info()["workers"])
+        self.shard_rows = shard_sizes(data[0].shape[0], workers if shards is None else shards)
         self.shards = placed_blocks(self.client, aligned(data, self.shard_rows))
-        leaves, self.treedef = pytree.flatten(params)
         self._shipped = ship(self.client, self.shipped)
         self.step_count = 0
-        self._seed_replicas(([np.array(x, copy=True) for x in leaves],
-                             {name: [np.zeros_like(x) for x in leaves] for name in optimizer.state_names}, 0))
+        self._seed_replicas((leaves, {name: [np.zeros_like(x) for x in leaves] for name in optimizer.state_names}, 0))
 
     def _seed_replicas(self, replica) -> None:
         """Every shard's replica made from ``replica`` (a task: recomputable if a worker dies)."""
@@ -350,6 +342,7 @@ class DataParallel:
     def run(self, steps: int) -> list[float]:
         """``steps`` calls of ``step`` submitted together: Dask runs them back to back, without a
         round trip to the client per step; returns their losses."""
+        steps = check_count("steps", steps, 0)
         return self.client.gather([self._submit_step() for _ in range(steps)])
 
     def _submit_step(self):
@@ -393,14 +386,29 @@ class DataParallel:
         self._seed_replicas(replica)
 
     def _identical_replica(self):
+        """The replicas' common ``(params, slots, step)``; an error naming the first array that
+        differs unless every replica holds the same bits (NaN included, -0.0 not 0.0: replicas
+        doing the same arithmetic in the same order hold the same bits)."""
         replicas = self.client.gather(self.replicas)
         first = replicas[0]
-        for r, (params, slots, step) in enumerate(replicas[1:], 1):
-            same = step == first[2] and all(np.array_equal(a, b) for a, b in zip(params, first[0])) and all(
-                np.array_equal(a, b) for name in slots for a, b in zip(slots[name], first[1][name]))
-            if not same:
-                raise RuntimeError(f"replica {r} differs from replica 0 after step {self.step_count}")
+        for r, replica in enumerate(replicas[1:], 1):
+            difference = self._difference(first, replica)
+            if difference:
+                raise RuntimeError(f"replica {r} differs from replica 0 after step {self.step_count}: "
+                                   f"{difference} (replicas doing the same arithmetic in the same order "
+                                   f"hold the same bits)")
         return first
+
+    def _difference(self, replica, other) -> str | None:
+        """What first differs between two replicas: their step counts or an array's bits."""
+        (params, slots, step), (other_params, other_slots, other_step) = replica, other
+        if step != other_step:
+            return f"its step count is {other_step}, not {step}"
+        paths = pytree.leaf_paths(self.treedef, "params")
+        pairs = list(zip(paths, params, other_params))
+        for name in self.optimizer.state_names:
+            pairs += [(f"the {name} slot of {path}", a, b) for path, a, b in zip(paths, slots[name], other_slots[name])]
+        return next((f"{label} has other bits" for label, a, b in pairs if not same_bits(a, b)), None)
 
     @property
     def params(self):
@@ -425,9 +433,9 @@ def data_parallel(loss, optimizer, params, *data, batch_size=None, seed=0, clien
     together with a replica of the parameters and optimiser state. ``step()``: each shard's
     minibatch of ``batch_size`` rows (drawn from ``seed`` and the step; None: the whole shard)
     gives its loss and gradients; they are averaged, weighted by rows, by a tree reduction on the
-    workers; every replica applies the same update, so the replicas stay identical (checked every
-    ``checkpoint_every`` steps and whenever ``params`` is read). The result equals one process
-    training on the concatenation of the minibatches, to rounding.
+    workers; every replica applies the same update, so the replicas stay identical (checked bit
+    for bit every ``checkpoint_every`` steps and whenever ``params`` is read). The result equals
+    one process training on the concatenation of the minibatches, to rounding.
 
     ``local_steps > 1`` is local SGD: each ``step()`` lets every replica run that many
     ``mj.train_step`` steps on its own minibatches, then averages the parameters and optimiser

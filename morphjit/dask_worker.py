@@ -2,13 +2,16 @@
 user's function as shipped (``Shipped``), compiled once per worker process after a version check,
 the tasks of ``dataset_loss`` and ``data_parallel``, and ``dataset_loss``'s per-worker actor. A
 task's result is a part, ``(weighted loss, list of weighted arrays)``; parts are summed with
-``sum_parts`` (``add_parts`` as a task).
+``sum_parts`` (``add_parts`` as a task). What runs here raises only errors that Dask brings back
+to the client (``delivered``, ``answered``).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import threading
+import traceback
 import types
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 import cloudpickle
 import distributed
 import numpy as np
+from distributed.protocol import pickle as dask_pickle
 
 from . import pytree
 from .compiler import CompiledLoss, compile_loss
@@ -29,6 +33,72 @@ VERSIONED = ("morphjit", "numba", "numpy")
 
 class VersionMismatch(MorphjitError):
     """A worker runs other versions of morphjit, numba or numpy than the client."""
+
+
+class WorkerError(MorphjitError, RuntimeError):
+    """An error raised on a worker, told in words (its type, message and line): one that Dask
+    could not bring back as it is, or any error of an actor."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors that reach the client
+
+def raising_only(kept):
+    """A decorator: the function raises an error as it is if ``kept(error)``, else as a
+    ``WorkerError`` that tells it (in words: its type need not exist on the client)."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except BaseException as error:
+                if kept(error):
+                    raise
+                told = described(error)
+            # Raised outside the handler, so that the error is not its context: Dask pickles an
+            # error with its causes and context (tblib), and this one must pickle.
+            raise WorkerError(told)
+        return call
+    return decorate
+
+
+def deliverable(error: BaseException) -> bool:
+    """Does a task's ``error`` reach the client as it is: an ``Exception``, not a
+    ``StopIteration``, that comes back from Dask's pickling (with its causes and context) with
+    its type?"""
+    if not isinstance(error, Exception) or isinstance(error, (StopIteration, StopAsyncIteration)):
+        return False
+    try:
+        return type(dask_pickle.loads(dask_pickle.dumps(error))) is type(error)
+    except Exception:
+        return False
+
+
+def is_worker_error(error: BaseException) -> bool:
+    return isinstance(error, WorkerError)
+
+
+# Tasks, and the functions whose results sum_parts adds as map gives them. A BaseException that
+# is not an Exception (SystemExit, GeneratorExit) kills a task's worker, and the task is tried
+# again on another; a StopIteration raised by a mapped function ends the map, and the sum
+# silently misses the rest.
+delivered = raising_only(deliverable)
+
+# An actor's method: every error as a WorkerError. The worker's event loop awaits the method's
+# thread through an asyncio future, on which a StopIteration cannot be set (the loop logs a
+# TypeError and the call never returns); the reply carries the error pickled, and one that the
+# worker cannot pickle or the client cannot unpickle is lost with it (the call never returns
+# either). The client makes a failed call again by tasks, which raise the error itself.
+answered = raising_only(is_worker_error)
+
+
+def described(error: BaseException) -> str:
+    """``error``'s type, message and the line that raised it, as text."""
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    kind, message = type(error), f": {error}" if str(error) else ""
+    source = f": {where.line}" if where.line else ""
+    return (f"{kind.__module__}.{kind.__qualname__}{message} (raised on a worker at {where.filename}:"
+            f"{where.lineno} in {where.name}{source}; Dask cannot bring this error back as it is)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,6 +257,7 @@ def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call
     rows = len(blocks[0])
     step = rows_per_call or rows
 
+    @delivered
     def piece_part(start):
         piece = [b[start:start + step] for b in blocks]
         value, grads = loss(params, *piece)
@@ -196,13 +267,15 @@ def chunk_part(shipped: Shipped, params, row_weight: float | None, rows_per_call
         weight = len(piece[0]) * row_weight
         return weight * float(value), [g * g.dtype.type(weight) for g in leaves]   # the value in float64
 
-    return sum_parts(map(piece_part, range(0, max(rows, 1), step)))
+    return sum_parts(map(piece_part, range(0, rows, step)))
 
 
+@delivered
 def group_part(shipped: Shipped, params, row_weight: float | None, rows_per_call: int | None, chunks: list,
                threads: int = 1):
     """The part of a group of chunks (each a list of blocks): their ``chunk_part``s, computed
     ``threads`` at a time (the compiled step releases the GIL), added in order."""
+    @delivered
     def part(blocks):
         return chunk_part(shipped, params, row_weight, rows_per_call, *blocks)
 
@@ -224,6 +297,7 @@ class ResidentChunks:
         self.shipped, self.row_weight, self.rows_per_call, self.chunks = shipped, row_weight, rows_per_call, chunks
         self.threads = threads or distributed.get_worker().state.nthreads
 
+    @answered
     def part(self, params):
         with unsampled_by_profiler():
             return group_part(self.shipped, params, self.row_weight, self.rows_per_call, self.chunks, self.threads)
@@ -264,7 +338,10 @@ def add_parts(*parts):
 def sum_parts(parts):
     """The sum of parts, taken in the order they come (so a recomputation repeats it bit for bit)."""
     parts = iter(parts)
-    value, grads = next(parts)
+    first = next(parts, None)
+    if first is None:
+        raise ValueError("there are no parts to add (no chunk, or a chunk of no rows)")
+    value, grads = first
     grads = [np.array(g, copy=True) for g in grads]   # 0-d stay arrays
     for other_value, other_grads in parts:
         value += other_value
@@ -287,6 +364,7 @@ def minibatch_rows(seed: int, shard: int, step: int, rows: int, batch_size: int 
     return np.sort(np.random.default_rng([seed, shard, step]).choice(rows, batch_size, replace=False))
 
 
+@delivered
 def replica_part(shipped: Shipped, replica, treedef, row_weight, seed, shard, step, batch_size, *blocks):
     """A replica's weighted loss and gradients on its shard's minibatch of ``step``."""
     rows = minibatch_rows(seed, shard, step, len(blocks[0]), batch_size)
@@ -295,6 +373,7 @@ def replica_part(shipped: Shipped, replica, treedef, row_weight, seed, shard, st
     return chunk_part(shipped, pytree.unflatten(treedef, replica[0]), row_weight, ROWS_PER_CALL, *blocks)
 
 
+@delivered
 def apply_update(optimizer: Optimizer, replica, averaged):
     """A replica after the optimiser's update with the averaged gradients (new arrays)."""
     params, slots, step = replica
@@ -310,6 +389,7 @@ def apply_update(optimizer: Optimizer, replica, averaged):
     return new_params, new_slots, step + 1
 
 
+@delivered
 def local_part(shipped: Shipped, optimizer: Optimizer, replica, treedef, weight, seed, shard, batch_size,
                local_steps, *blocks):
     """A replica after ``local_steps`` training steps on its shard's minibatches, as a part: the

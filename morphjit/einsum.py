@@ -183,11 +183,17 @@ def _contract(a, la: str, b, lb: str, keep: set, sizes: dict):
     return _sum_letters(product, full, set(summed))
 
 
-def einsum(subscripts, *operands, optimize=False):
-    """NumPy's einsum: explicit or implicit output, ``...``, several operands, traces and diagonals."""
+def einsum(subscripts, *operands, out=None, optimize=False, dtype=None, order="K", casting="safe"):
+    """NumPy's einsum: explicit or implicit output, ``...``, several operands, traces and diagonals;
+    with ``dtype``, the operands are converted to it as ``casting`` allows (``order`` is the
+    layout of the result, which a traced array does not have)."""
+    A.no_out("einsum", out)
     if not isinstance(subscripts, str):
         raise ShapeError("einsum: only the subscripts-string form is supported", user_location())
-    _, operands = A.promote([A.as_array(x) for x in operands])
+    if order not in ("C", "F", "A", "K"):
+        raise ValueError(f"einsum: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
+    operands = [A.as_array(x) if dtype is None else A.astype(A.as_array(x), dtype, casting) for x in operands]
+    _, operands = A.promote(operands)
     inputs, output = _parse(subscripts, [x.ndim for x in operands])
     sizes = _letter_sizes(operands, inputs)
     terms = []
@@ -244,7 +250,8 @@ def inner(a, b):
     return tensordot(a, b, ([-1], [-1]))
 
 
-def outer(a, b):
+def outer(a, b, out=None):
+    A.no_out("outer", out)
     return A.multiply(A.reshape(A.ravel(a), (-1, 1)), A.reshape(A.ravel(b), (1, -1)))
 
 

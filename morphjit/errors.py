@@ -63,6 +63,15 @@ class UnsupportedError(MorphjitError, NotImplementedError):
     """A NumPy function or construct that morphjit has no rule for."""
 
 
+class ArgumentError(MorphjitError, ValueError):
+    """An argument's value is one NumPy refuses with a ValueError (a negative scale, a bound
+    outside its dtype, a size the parameters of a draw do not broadcast to)."""
+
+
+class ArgumentOverflowError(MorphjitError, OverflowError):
+    """An argument NumPy refuses with an OverflowError (the range of a uniform draw is not finite)."""
+
+
 def user_location(frame=None) -> SourceLoc | None:
     """The innermost stack frame outside the morphjit package (from ``frame`` outwards, or from
     the caller's)."""

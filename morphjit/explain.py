@@ -19,6 +19,7 @@ from .ir import Binding, Namer, Program, Var, batch_size, evaluate, format_bindi
 from .ops import OPS, VIEW
 from .loopir import Alias, Gemm, Lapack, Nest, RangeCheck, RowNest, ScatterAdd
 from .plan import Plan
+from .rng import with_copied_generators
 from .runtime import NativeStep
 
 STAGE_LABELS = {stage.name: stage.label for stage in pipeline.NATIVE}
@@ -317,12 +318,13 @@ def describe_groups(groups: list[FusionGroup], program: Program) -> str:
 
 def explain(compiled, args) -> Explanation:
     """The report for ``compiled`` (a `CompiledLoss`) at ``args``; compiles and runs it once if the
-    step's machine code is not there yet, so that every stage has its time."""
+    step's machine code is not there yet, so that every stage has its time (on copies of the
+    random generators among ``args``: an inspection consumes no random numbers)."""
     __tracebackhide__ = True  # noqa: F841
     step, leaves = compiled.step_for(*args)
     native = step.run if isinstance(step.run, NativeStep) else None
     if native is not None and step.timings is not None and step.timings.origin is None:
-        step.run(*leaves)
+        step.run(*with_copied_generators(leaves))   # the user's generators do not advance
     signature = ", ".join(str(v.type) for v in step.program.inputs)
     report = Explanation(compiled.__name__, compiled.backend, signature, step.forward, step.program,
                          step.timings, step.timings.origin if step.timings else None)

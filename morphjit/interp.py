@@ -17,7 +17,8 @@ from .ir import Lit, Namer, Program, batch_size, evaluate, format_binding
 from .loopir import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Position, Random,
                      RangeCheck, RowNest, ScatterAdd)
 from .ops import OPS
-from .plan import range_checks
+from .plan import check_not_empty, empty_reductions, range_checks
+from .runtime import OUT_OF_RANGE
 
 
 def run(program: Program, *args) -> list[np.ndarray]:
@@ -27,6 +28,7 @@ def run(program: Program, *args) -> list[np.ndarray]:
     env = {id(v): rng.as_input(a, v.dtype) for v, a in zip(program.inputs, args)}
     env.update((id(v), value) for v, value in program.consts)
     batch = batch_size(program.inputs, [env[id(v)] for v in program.inputs])
+    check_not_empty(empty_reductions(program), batch)
     checks = range_checks(program)   # the compiled step's, with its messages
     for check in checks:
         if id(check.values) in env:
@@ -88,9 +90,7 @@ def check_range(values: np.ndarray, ins: RangeCheck, batch) -> None:
     low = -extent if ins.negative else 0
     bad = np.argwhere((values < low) | (values >= extent))
     if len(bad):
-        position = ", ".join(str(int(i)) for i in bad[0])
-        error = {"ValueError": ValueError, "IndexError": IndexError}[ins.error]
-        raise error(f"{ins.what} must lie in [{low}, {extent}), got {values[tuple(bad[0])]} at position ({position})")
+        raise OUT_OF_RANGE[ins.error](ins.what, low, extent, values[tuple(bad[0])], *(int(i) for i in bad[0]))
 
 
 def _scatter_add(m: Machine, ins: ScatterAdd) -> None:

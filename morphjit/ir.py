@@ -374,8 +374,8 @@ def format_binding(b: Binding, names: "Namer") -> str:
 
 
 def _format_param(value) -> str:
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str):   # a name as it is; a message (with spaces) quoted
+        return repr(value) if any(c.isspace() for c in value) else value
     return repr(value).replace(" ", "")
 
 
@@ -454,9 +454,12 @@ def _declare(token: str, env: dict[str, Var]) -> Var:
     return env[name]
 
 
+_TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")   # split at spaces outside quotes
+
+
 def _parse_binding(line: str, env: dict[str, Var]) -> Binding:
     lhs, _, rhs = line.partition(" = ")
-    tokens = rhs.split()
+    tokens = _TOKEN.findall(rhs)
     op, args = tokens[0], tokens[1:]
     inputs, params = [], {}
     for tok in args:

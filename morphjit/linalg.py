@@ -58,16 +58,19 @@ def _column_back(x, vector: bool):
 
 
 def cholesky(a, *, upper=False, lower=None, overwrite_a=False, check_finite=True):
-    """The lower Cholesky factor ``L`` of ``a = L @ L.T`` (``upper=True``, or SciPy's
-    ``lower=False``: ``L.T``). Without either, NumPy's default: the lower factor (SciPy's is the
-    upper one). Reads the lower triangle of ``a``; raises ``LinAlgError`` unless ``a`` is
-    positive definite."""
+    """The lower Cholesky factor ``L`` of ``a = L @ L.T``, read from the lower triangle of ``a``;
+    with ``upper=True`` (or SciPy's ``lower=False``) the upper factor ``U`` of ``a = U.T @ U``,
+    read from the upper triangle, as NumPy and SciPy do. Without either, NumPy's default: the
+    lower factor (SciPy's is the upper one). Raises ``LinAlgError`` unless ``a`` is positive
+    definite."""
     if lower is not None:
         if upper and lower:
             raise ValueError("cholesky: upper=True and lower=True contradict each other")
         upper = not lower
-    L = apply("cholesky", [_matrix("cholesky", a)])
-    return A.swap_last(L) if upper else L
+    a = _matrix("cholesky", a)
+    if upper:   # the upper triangle of a is the lower one of a.T
+        return A.swap_last(apply("cholesky", [A.swap_last(a)]))
+    return apply("cholesky", [a])
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
@@ -175,10 +178,15 @@ def _cholesky_factor_of(a):
 
 
 def eigh(a, UPLO="L"):
-    """``np.linalg.eigh``: ascending eigenvalues and eigenvectors (columns) of symmetric ``a``."""
-    if UPLO != "L":
-        raise UnsupportedError("eigh(UPLO='U') is not supported: pass the symmetric matrix", user_location())
-    packed = apply("eigh", [_matrix("eigh", a)])
+    """``np.linalg.eigh``: ascending eigenvalues and eigenvectors (columns) of the symmetric
+    matrix in the lower (``UPLO='L'``) or upper (``'U'``) triangle of ``a``."""
+    uplo = str(UPLO).upper()
+    if uplo not in ("L", "U"):
+        raise ValueError(f"eigh: UPLO must be 'L' or 'U', got {UPLO!r}")
+    a = _matrix("eigh", a)
+    if uplo == "U":   # the upper triangle of a is the lower one of a.T
+        a = A.swap_last(a)
+    packed = apply("eigh", [a])
     return EighResult(getitem(packed, (Ellipsis, 0, slice(None))),
                       getitem(packed, (Ellipsis, slice(1, None), slice(None))))
 
@@ -223,9 +231,12 @@ def _system_rectangular(op: str, a, b):
     return a, (A.expand_dims(b, -1) if vector else b), vector
 
 
-def pinv(a, rcond=None, hermitian=False):
+def pinv(a, rcond=None, hermitian=False, *, rtol=A.NOT_GIVEN):
     """``np.linalg.pinv`` for ``a`` of full rank, by reduced QR of ``a`` (or of its transpose
-    when it has fewer rows than columns)."""
+    when it has fewer rows than columns): no singular value is cut, whatever ``rcond`` (or its
+    array-API name ``rtol``) says."""
+    if rcond is not None and rtol is not A.NOT_GIVEN:
+        raise ValueError("pinv: `rtol` and `rcond` can't be both set.")
     a = _matrix("pinv", a)
     wide = a.shape[-2] < a.shape[-1]
     q, r = qr(A.swap_last(a) if wide else a)

@@ -165,18 +165,22 @@ def _triu(x, k=0):
     return A.where(_tril_mask(x.shape[-1], k - 1), 0.0, x)
 
 
-def _sym(x):
-    return (x + A.swap_last(x)) * 0.5
+def _read_from_lower(g):
+    """The gradient ``g`` of a function of a symmetric matrix, as a function of the lower triangle
+    it is read from (cholesky, eigh, cho_solve read nothing else): each off-diagonal cotangent of
+    the upper triangle goes to its mirror in the lower one, the upper triangle gets none."""
+    return _tril(g + A.swap_last(g), -1) + g * np.eye(g.shape[-1], dtype=g.dtype)
 
 
 def _cholesky_vjp(g, L, a):
-    """Murray (2016): abar = sym(L^-T Phi(L^T g) L^-1), Phi = lower triangle, diagonal halved."""
+    """Murray (2016): abar = L^-T Phi(L^T g) L^-1 read from the lower triangle, Phi = lower
+    triangle, diagonal halved."""
     if _zero_off_diagonal(g):
-        return (_diagonal_cholesky_vjp(g, L),)
+        return (_read_from_lower(_diagonal_cholesky_vjp(g, L)),)
     halve_diagonal = 1.0 - 0.5 * np.eye(L.shape[-1], dtype=L.dtype)
     phi = _tril(apply("triangular_matmul", [L, g], lower=True, trans=True)) * halve_diagonal
     right = A.swap_last(apply("solve_triangular", [L, A.swap_last(phi)], lower=True, trans=True))
-    return (_sym(apply("solve_triangular", [L, right], lower=True, trans=True)),)
+    return (_read_from_lower(apply("solve_triangular", [L, right], lower=True, trans=True)),)
 
 
 def _diagonal_cholesky_vjp(g, L):
@@ -218,11 +222,12 @@ def _zero_off_diagonal(x) -> bool:
 
 
 def _cho_solve_vjp(g, x, a, c, b, lower):
-    """x = a^-1 b, ``c`` being the Cholesky factor of ``a``: abar = -sym(bbar x^T), bbar = a^-1 g
-    (Giles 2008). The factor gets no cotangent: its dependence on ``a`` is accounted for here, so
-    reverse mode does not go through the factorisation for this use."""
+    """x = a^-1 b, ``c`` being the Cholesky factor of ``a`` (of its lower triangle): abar =
+    -bbar x^T read from the lower triangle, bbar = a^-1 g (Giles 2008). The factor gets no
+    cotangent: its dependence on ``a`` is accounted for here, so reverse mode does not go through
+    the factorisation for this use."""
     gb = apply("cho_solve", [a, c, g], lower=lower)
-    return -_sym(gb @ A.swap_last(x)), None, gb
+    return -_read_from_lower(gb @ A.swap_last(x)), None, gb
 
 
 def _solve_triangular_vjp(g, x, a, b, lower, trans):
@@ -271,14 +276,14 @@ def _slogdet_vjp(g, ans, a):
 
 def _eigh_vjp(g, ans, a):
     """abar = V (diag(gw) + F * (V^T gV)) V^T, F_ij = 1 / (w_j - w_i) off the diagonal (0 where
-    they are equal); then symmetrised (eigh reads one triangle of a symmetric matrix)."""
+    they are equal), read from the lower triangle (all that eigh reads)."""
     n = a.shape[-1]
     w, v = getitem(ans, (Ellipsis, 0, slice(None))), getitem(ans, (Ellipsis, slice(1, None), slice(None)))
     gw, gv = getitem(g, (Ellipsis, 0, slice(None))), getitem(g, (Ellipsis, slice(1, None), slice(None)))
     gap = A.expand_dims(w, -2) - A.expand_dims(w, -1)
     f = A.where(gap == 0.0, 0.0, 1.0 / A.where(gap == 0.0, 1.0, gap))
     inner = A.expand_dims(gw, -1) * np.eye(n, dtype=a.dtype) + f * (A.swap_last(v) @ gv)
-    return (_sym(v @ inner @ A.swap_last(v)),)
+    return (_read_from_lower(v @ inner @ A.swap_last(v)),)
 
 
 def _qr_vjp(g, ans, a):

@@ -53,11 +53,10 @@ UNARY = [
 ]
 
 BINARY = [
-    ("hypot", np.hypot, lambda g, ans, a, b: (g * _safe_ratio(a, ans), g * _safe_ratio(b, ans)), FLOAT, EXPENSIVE),
+    ("hypot", np.hypot, lambda g, ans, a, b: (g * _hypot_ratio(a, b, ans), g * _hypot_ratio(b, a, ans)), FLOAT, EXPENSIVE),
     ("arctan2", np.arctan2, lambda g, ans, a, b: _arctan2_vjp(g, a, b), FLOAT, EXPENSIVE),
-    ("logaddexp", np.logaddexp, lambda g, ans, a, b: (g * A.exp(a - ans), g * A.exp(b - ans)), FLOAT, EXPENSIVE),
-    ("logaddexp2", np.logaddexp2,
-     lambda g, ans, a, b: (g * exp2(a - ans), g * exp2(b - ans)), FLOAT, EXPENSIVE),
+    ("logaddexp", np.logaddexp, lambda g, ans, a, b: _logaddexp_vjp(g, a, b, 1.0), FLOAT, EXPENSIVE),
+    ("logaddexp2", np.logaddexp2, lambda g, ans, a, b: _logaddexp_vjp(g, a, b, LN2), FLOAT, EXPENSIVE),
     ("copysign", np.copysign, lambda g, ans, a, b: (g * A.sign(ans) * A.sign(a), None), FLOAT, 1),
     ("remainder", np.remainder, lambda g, ans, a, b: (g, -g * floor(a / b)), NUMERIC, EXPENSIVE),
     ("fmod", np.fmod, lambda g, ans, a, b: (g, -g * trunc(a / b)), NUMERIC, EXPENSIVE),
@@ -71,9 +70,23 @@ def _safe_ratio(a, b):
     return A.where(b == 0, 0.0, a / A.where(b == 0, 1.0, b))
 
 
+def _hypot_ratio(a, b, ans):
+    """``a / hypot(a, b)``; +-1 where a is infinite and b finite (the limit, where the ratio is inf / inf)."""
+    return A.where(isinf(a) & isfinite(b), A.sign(a), _safe_ratio(a, ans))
+
+
 def _arctan2_vjp(g, a, b):
     r2 = a * a + b * b
-    return g * _safe_ratio(b, r2), -g * _safe_ratio(a, r2)
+    far = isinf(r2)   # an operand is infinite: a / r2 and b / r2 tend to 0
+    return A.where(far, 0.0, g * _safe_ratio(b, r2)), A.where(far, 0.0, -g * _safe_ratio(a, r2))
+
+
+def _logaddexp_vjp(g, a, b, ln_base):
+    """The weights ``expit((a - b) ln base)`` and ``expit((b - a) ln base)``: (1, 0) where only
+    ``a`` is +inf (``exp(a - ans)`` is exp(inf - inf) there); NaN where both are the same infinity,
+    whose limit depends on how they got there."""
+    d = (a - b) * ln_base
+    return g * A.sigmoid(d), g * A.sigmoid(-d)
 
 
 def _heaviside_template(K, x, h):

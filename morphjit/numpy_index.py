@@ -1,12 +1,10 @@
-"""NumPy's indexing on traced arrays: ``x[key]``, ``mj.at(x)[key].add/set``, boolean masks,
-``take``, ``take_along_axis`` and ``choose``.
+"""NumPy's indexing on traced arrays: ``x[key]``, ``mj.at(x)[key].add/set`` and boolean masks.
 
 Basic indexing (integers, slices, ``None``, ``...``) is a slice and a reshape, both views; integer
 arrays are one gather (``array_api.gather``, the op records in ``gathers.py``); slices with traced
 bounds are gathers at ``start + arange(extent)``. ``x[mask]`` is a ``Masked`` value that can only be
 reduced. ``np.arange(n)`` of a batch-dependent ``n`` is an iota (the batch stays symbolic). Loading
-this module installs ``getitem`` as the tracer's ``x[key]`` and registers the functions into the
-NumPy dispatch.
+this module installs ``getitem`` as the tracer's ``x[key]``.
 """
 from __future__ import annotations
 
@@ -108,9 +106,11 @@ def _is_dynamic_slice(k) -> bool:
 
 
 def _dynamic_slices(a, key):
-    """Slices with traced bounds, each a gather along its axis at ``start + step * arange(extent)``
-    (the extent ``stop - start`` must not depend on the traced values); the key with them
-    replaced by full slices."""
+    """Slices with traced bounds, each a gather along its axis at ``start + step * arange(n)``,
+    ``n`` the length of ``range(0, stop - start, step)`` (the extent ``stop - start`` must not
+    depend on the traced values); the key with them replaced by full slices. ``start`` and the
+    positions' bound ``stop`` are NumPy's (``slice.indices``); a position at or past ``stop``,
+    which NumPy's slice lacks, reads at the axis length, and the gather's range check refuses it."""
     key = _expand_ellipsis(key, a.ndim)
     axis, rest = 0, []
     for k in key:
@@ -118,18 +118,26 @@ def _dynamic_slices(a, key):
             step = 1 if k.step is None else k.step
             extent = _fixed_extent(k)
             size = a.shape[axis]
-            if isinstance(step, Tracer) or extent is None or isinstance(size, Sym) or step <= 0:
+            # NumPy's slice of a negative extent is empty or not depending on the signs of the bounds.
+            if isinstance(step, Tracer) or extent is None or extent < 0 or isinstance(size, Sym) or step <= 0:
                 raise UnsupportedError(
                     "a slice with traced bounds needs an extent known when tracing (a positive integer "
-                    "step, stop - start not depending on traced values, as in x[i * n:(i + 1) * n]), "
-                    "on an axis that is not the batch axis", user_location())
-            start = A.where(k.start < 0, k.start + size, k.start)
-            index = start + np.arange(0, len(range(0, extent, step)) * step, step)
-            a = A.gather(a, (index,), axis)
+                    "step, stop - start at least 0 and not depending on traced values, as in "
+                    "x[i * n:(i + 1) * n]), on an axis that is not the batch axis", user_location())
+            count = len(range(0, extent, step))
+            positions = _slice_bound(k.start, size) + np.arange(0, count * step, step)
+            index = A.where(positions < _slice_bound(k.stop, size), positions, size)
+            a = A.gather(a, (index,), axis, slice_length=count)
             k = slice(None)
         rest.append(k)
         axis += k is not None
     return a, tuple(rest)
+
+
+def _slice_bound(bound, size: int):
+    """A traced start or stop of a slice with a positive step as NumPy reads it: from the end if
+    negative, then clipped to ``[0, size]``."""
+    return A.clip(A.where(bound < 0, bound + size, bound), 0, size)
 
 
 def _fixed_extent(k) -> int | None:
@@ -255,19 +263,19 @@ class Masked(trace.NotAnArray):
             operands.append(a)
         return Masked(fn(*operands), self.mask)
 
-    def sum(self, axis=None, dtype=None, out=None, keepdims=False):
-        self._whole("sum", axis, out, keepdims)
-        return A.sum(A.where(self.mask, self.values, 0), dtype=dtype)
+    def sum(self, axis=None, dtype=None, out=None, keepdims=False, initial=A.NOT_GIVEN, where=True):
+        self._whole("sum", axis, out, keepdims, where)
+        return A.sum(A.where(self.mask, self.values, 0), dtype=dtype, initial=initial)
 
-    def mean(self, axis=None, dtype=None, out=None, keepdims=False):
-        self._whole("mean", axis, out, keepdims)
+    def mean(self, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
+        self._whole("mean", axis, out, keepdims, where)
         total = self.sum(dtype=dtype)
         values = total if is_float(total.dtype) else A.astype(total, np.float64)
         return values / A.astype(A.sum(self.mask), values.dtype)
 
-    def _whole(self, name, axis, out, keepdims) -> None:
-        if axis is not None or out is not None or keepdims:
-            raise UnsupportedError(f"x[mask].{name}() reduces all elements (no axis, out or keepdims): "
+    def _whole(self, name, axis, out, keepdims, where) -> None:
+        if axis is not None or out is not None or keepdims or where is not True:
+            raise UnsupportedError(f"x[mask].{name}() reduces all elements (no axis, out, keepdims or where): "
                                    f"{MASK_HINT}", user_location())
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -315,14 +323,14 @@ def _advanced_getitem(a, key):
     basic = tuple(slice(None) if _is_index_array(k) else k for k in key)
     viewed = _basic_getitem(a, basic)
     positions = [j for j, k in enumerate(key) if _is_index_array(k)]
-    index = tuple(_index_array(key[j], viewed.shape[j]) for j in positions)
+    index = tuple(index_array(key[j], viewed.shape[j]) for j in positions)
     if positions != list(range(positions[0], positions[0] + len(positions))):
         others = [j for j in range(viewed.ndim) if j not in positions]
         viewed, positions = A.transpose(viewed, tuple(positions + others)), list(range(len(positions)))
     return A.gather(viewed, index, positions[0])
 
 
-def _index_array(k, extent):
+def index_array(k, extent):
     """An index array (a tracer or a constant), checked now where its values are known."""
     k = A.as_array(k)
     if k.dtype == np.bool_:
@@ -340,30 +348,6 @@ def _argument(k) -> str:
     """`` (argument path)`` for an index array that is an argument of the traced function, else ""."""
     path = k.trace.paths.get(id(k.operand)) if isinstance(k, Tracer) else None
     return f" (argument {path})" if path else ""
-
-
-def take(a, indices, axis=None):
-    """``np.take``: the elements at ``indices`` along ``axis`` (of the flattened array if None)."""
-    a = A.as_array(a)
-    if axis is None:
-        a, axis = A.ravel(a), 0
-    axis = A.normalize_axes("take", axis, a.ndim)[0]
-    return A.gather(a, (_index_array(indices, a.shape[axis]),), axis)
-
-
-def take_along_axis(arr, indices, axis):
-    """``np.take_along_axis``: ``indices`` (with ``arr``'s number of dimensions) picks along
-    ``axis``, broadcasting against ``arr`` on the other axes."""
-    arr, indices = A.as_array(arr), A.as_array(indices)
-    if indices.ndim != arr.ndim:
-        raise ShapeError(f"take_along_axis: indices of {indices.ndim} dimensions for an array of {arr.ndim}",
-                         user_location())
-    axis = A.normalize_axes("take_along_axis", axis, arr.ndim)[0]
-    t = A.trace_of([arr, indices])
-    index = [_index_array(indices, arr.shape[k]) if k == axis else
-             iota(tuple(arr.shape[k] if j == k else 1 for j in range(arr.ndim)), k, np.int64, t)
-             for k in range(arr.ndim)]
-    return A.gather(arr, tuple(index), 0)
 
 
 def iota(shape, axis: int, dtype, t):
@@ -395,16 +379,6 @@ def arange(*args, **kwargs):
     return iota((stop,), 0, dtype, trace.current_trace())
 
 
-def choose(a, choices):
-    """``np.choose``: ``choices[a[i]][i]`` at every position, everything broadcast together
-    (negative entries of ``a`` count from the last choice, where NumPy raises)."""
-    a, choices = A.as_array(a), [A.as_array(c) for c in choices]
-    shape = broadcast_shapes("choose", a.shape, *(c.shape for c in choices))
-    stacked = A.stack([A.broadcast_to(c, shape) for c in A.promote(choices)[1]], axis=0)
-    picked = take_along_axis(stacked, A.expand_dims(A.broadcast_to(a, shape), 0), 0)
-    return A.squeeze(picked, 0)
-
-
 def _expand_ellipsis(key, ndim: int):
     consumed = len([k for k in key if k is not None and k is not Ellipsis])
     if consumed > ndim:
@@ -422,4 +396,3 @@ def _expand_ellipsis(key, ndim: int):
 
 trace.use_indexing(getitem)
 SYMBOLIC_EXTENT.register(np, "arange", arange)
-A.FUNCTIONS.update({np.take: take, np.take_along_axis: take_along_axis, np.choose: choose})

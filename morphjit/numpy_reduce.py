@@ -38,7 +38,7 @@ def prod_op(x, axes):
     return A.bind("prod", [x], axes=axes)
 
 
-def prod(a, axis=None, dtype=None, out=None, keepdims=False):
+def prod(a, axis=None, dtype=None, out=None, keepdims=False, initial=A.NOT_GIVEN, where=True):
     A.no_out("prod", out)
     a = A.as_array(a)
     if dtype is not None:
@@ -46,8 +46,10 @@ def prod(a, axis=None, dtype=None, out=None, keepdims=False):
     elif a.dtype.kind in "bi":
         a = A.astype(a, np.int64)
     axes = A.normalize_axes("prod", axis, a.ndim)
+    a = A.masked("prod", a, where, 1)
     result = prod_op(a, axes) if axes else a
-    return A.reshape(result, keepdims_shape(a.shape, axes)) if keepdims else result
+    result = A.reshape(result, keepdims_shape(a.shape, axes)) if keepdims else result
+    return A.with_initial(A.multiply, result, initial)
 
 
 def _positions(op: str, a, axis: int):
@@ -59,7 +61,7 @@ def _positions(op: str, a, axis: int):
     return np.arange(n, dtype=np.float64).reshape((n,) + (1,) * (a.ndim - axis - 1))
 
 
-def _arg_extremum(op: str, reduce, a, axis, keepdims):
+def _arg_extremum(op: str, reduce: str, a, axis, keepdims):
     a = A.as_array(a)
     if axis is None:
         first = _arg_extremum(op, reduce, A.ravel(a), 0, False)
@@ -68,38 +70,38 @@ def _arg_extremum(op: str, reduce, a, axis, keepdims):
     # Compiled max/min reductions start from -inf/inf: integers are compared as float64 (exact
     # below 2**53), and positions are counted in float64 too.
     a = X.float_array(a)
-    best = reduce(a, axis=axis, keepdims=True)
+    best = A.extremum(reduce, a, axis, keepdims=True, empty=op)
     # The first position holding the extremum; NaN is the extremum wherever there is one (NumPy).
     hit = A.logical_or(A.equal(a, best), A.not_equal(a, a))
-    first = A.min(A.where(hit, _positions(op, a, axis), float(a.shape[axis])), axis=axis, keepdims=keepdims)
+    first = A.extremum("min", A.where(hit, _positions(op, a, axis), float(a.shape[axis])), axis, keepdims)
     return A.astype(first, np.int64)
 
 
 def argmax(a, axis=None, out=None, keepdims=False):
     A.no_out("argmax", out)
-    return _arg_extremum("argmax", A.max, a, axis, keepdims)
+    return _arg_extremum("argmax", "max", a, axis, keepdims)
 
 
 def argmin(a, axis=None, out=None, keepdims=False):
     A.no_out("argmin", out)
-    return _arg_extremum("argmin", A.min, a, axis, keepdims)
+    return _arg_extremum("argmin", "min", a, axis, keepdims)
 
 
-def any(a, axis=None, out=None, keepdims=False):
-    """Whether any element is true: a count of the true ones, above zero."""
+def any(a, axis=None, out=None, keepdims=False, *, where=True):
+    """Whether any element is true (where ``where`` holds): a count of the true ones, above zero."""
     A.no_out("any", out)
-    return A.greater(A.sum(A.truth(a), axis=axis, keepdims=keepdims), 0)
+    return A.greater(A.sum(A.truth(a), axis=axis, keepdims=keepdims, where=where), 0)
 
 
-def all(a, axis=None, out=None, keepdims=False):
-    """Whether every element is true: a count of the false ones, zero."""
+def all(a, axis=None, out=None, keepdims=False, *, where=True):
+    """Whether every element is true (where ``where`` holds): a count of the false ones, zero."""
     A.no_out("all", out)
-    return A.equal(A.sum(A.logical_not(A.truth(a)), axis=axis, keepdims=keepdims), 0)
+    return A.equal(A.sum(A.logical_not(A.truth(a)), axis=axis, keepdims=keepdims, where=where), 0)
 
 
 def ptp(a, axis=None, out=None, keepdims=False):
     A.no_out("ptp", out)
-    return A.subtract(A.max(a, axis=axis, keepdims=keepdims), A.min(a, axis=axis, keepdims=keepdims))
+    return A.subtract(A.extremum("max", a, axis, keepdims, empty="ptp"), A.extremum("min", a, axis, keepdims))
 
 
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
@@ -121,16 +123,18 @@ def average(a, axis=None, weights=None, returned=False, keepdims=False):
     return (avg, scale) if returned else avg
 
 
-def nansum(a, axis=None, dtype=None, out=None, keepdims=False):
+def nansum(a, axis=None, dtype=None, out=None, keepdims=False, initial=A.NOT_GIVEN, where=True):
     a = A.as_array(a)
-    return A.sum(A.where(X.isnan(a), 0, a), axis=axis, dtype=dtype, out=out, keepdims=keepdims)
+    return A.sum(A.where(X.isnan(a), 0, a), axis=axis, dtype=dtype, out=out, keepdims=keepdims, initial=initial,
+                 where=where)
 
 
-def nanmean(a, axis=None, dtype=None, out=None, keepdims=False):
+def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
     a = A.as_array(a)
     present = A.logical_not(X.isnan(a))
-    total = nansum(a, axis=axis, dtype=dtype, out=out, keepdims=keepdims)
-    return A.divide(total, A.astype(A.sum(present, axis=axis, keepdims=keepdims), A.dtype_of(total)))
+    total = nansum(a, axis=axis, dtype=dtype, out=out, keepdims=keepdims, where=where)
+    count = A.sum(present, axis=axis, keepdims=keepdims, where=where)
+    return A.divide(total, A.astype(count, A.dtype_of(total)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -195,8 +199,8 @@ def _vector_norm(x, ord, axes, keepdims):
     mag = A.abs(x)
     if ord is None or ord == 2:
         return A.sqrt(A.sum(A.square(x), axis=axes, keepdims=keepdims))
-    if ord == np.inf:
-        return A.max(mag, axis=axes, keepdims=keepdims)
+    if ord == np.inf:   # NumPy's starts from 0: the norm of no element is 0
+        return A.max(mag, axis=axes, keepdims=keepdims, initial=0.0)
     if ord == -np.inf:
         return A.min(mag, axis=axes, keepdims=keepdims)
     if ord == 0:

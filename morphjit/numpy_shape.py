@@ -55,13 +55,13 @@ def _sequence(tup):
     return [A.as_array(x) for x in tup]
 
 
-def hstack(tup):
+def hstack(tup, *, dtype=None, casting="same_kind"):
     arrays = [atleast_1d(x) for x in _sequence(tup)]
-    return A.concatenate(arrays, axis=0 if arrays[0].ndim == 1 else 1)
+    return A.concatenate(arrays, axis=0 if arrays[0].ndim == 1 else 1, dtype=dtype, casting=casting)
 
 
-def vstack(tup):
-    return A.concatenate([atleast_2d(x) for x in _sequence(tup)], axis=0)
+def vstack(tup, *, dtype=None, casting="same_kind"):
+    return A.concatenate([atleast_2d(x) for x in _sequence(tup)], axis=0, dtype=dtype, casting=casting)
 
 
 def dstack(tup):
@@ -144,8 +144,12 @@ def roll(a, shift, axis=None):
     return a
 
 
-def tile(A_, reps):
-    a = A.as_array(A_)
+def tile(A, reps):   # noqa: N803 (NumPy's name, which callers may pass by keyword)
+    return _tile(A, reps)
+
+
+def _tile(a, reps):
+    a = A.as_array(a)
     reps = (int(reps),) if isinstance(reps, (int, np.integer)) else tuple(int(r) for r in reps)
     ndim = builtins.max(a.ndim, len(reps))
     a = A.reshape(a, (1,) * (ndim - a.ndim) + a.shape)
@@ -180,25 +184,35 @@ def repeat(a, repeats, axis=None):
     return A.concatenate(pieces, axis=axis)
 
 
-def _pad_widths(pad_width, ndim):
-    widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64).reshape(-1, 2) if np.ndim(pad_width) == 2
-                             else np.asarray(pad_width, dtype=np.int64), (ndim, 2))
-    return [(int(lo), int(hi)) for lo, hi in widths]
+def _pairs(values, ndim, dtype=None) -> list:
+    """A (before, after) pair per axis, from one value, one pair or a pair per axis (np.pad's)."""
+    array = np.asarray(values, dtype)
+    return np.broadcast_to(array.reshape(-1, 2) if array.ndim == 2 else array, (ndim, 2)).tolist()
 
 
-def pad(array, pad_width, mode="constant", constant_values=0):
-    """np.pad with mode 'constant', 'edge' or 'reflect'."""
+PAD_KEYWORDS = {"constant": {"constant_values"}, "edge": set(), "reflect": {"reflect_type"}}
+
+
+def pad(array, pad_width, mode="constant", **kwargs):
+    """np.pad with mode 'constant' (``constant_values``), 'edge' or 'reflect' (the even reflection)."""
     a = A.as_array(array)
-    if mode not in ("constant", "edge", "reflect"):
+    if mode not in PAD_KEYWORDS:
         raise UnsupportedError(f"pad: mode {mode!r} is not supported (constant, edge and reflect are)",
                                user_location())
-    for axis, (lo, hi) in enumerate(_pad_widths(pad_width, a.ndim)):
+    unknown = set(kwargs) - PAD_KEYWORDS[mode]
+    if unknown:
+        raise ValueError(f"pad: unsupported keyword arguments for mode {mode!r}: {sorted(unknown)}")
+    if kwargs.get("reflect_type", "even") != "even":
+        raise UnsupportedError(f"pad: reflect_type={kwargs['reflect_type']!r} is not supported (the even "
+                               f"reflection, NumPy's default, is)", user_location())
+    fills = _pairs(kwargs.get("constant_values", 0), a.ndim)
+    for axis, ((lo, hi), (fill_lo, fill_hi)) in enumerate(zip(_pairs(pad_width, a.ndim, np.int64), fills)):
         n = a.shape[axis]
         if mode == "reflect" and (lo >= n or hi >= n):
             raise UnsupportedError("pad: reflect widths of the axis length or more are not supported",
                                    user_location())
-        parts = [_pad_part(a, axis, lo, mode, constant_values, before=True), a,
-                 _pad_part(a, axis, hi, mode, constant_values, before=False)]
+        parts = [_pad_part(a, axis, lo, mode, fill_lo, before=True), a,
+                 _pad_part(a, axis, hi, mode, fill_hi, before=False)]
         parts = [p for p in parts if p is not None]
         a = A.concatenate(parts, axis=axis) if len(parts) > 1 else a
     return a
@@ -210,24 +224,33 @@ def _pad_part(a, axis, width, mode, value, before: bool):
     n = a.shape[axis]
     shape = a.shape[:axis] + (width,) + a.shape[axis + 1:]
     if mode == "constant":
-        fill = value if np.ndim(value) == 0 else np.asarray(value).reshape(-1)[0 if before else -1]
-        return A.full(shape, fill, A.dtype_of(a), like=A.trace_of([a]))
+        return A.full(shape, value, A.dtype_of(a), like=A.trace_of([a]))
     if mode == "edge":
         edge = _along(a, axis, 0, 1) if before else _along(a, axis, n - 1, n)
         return A.broadcast_to(edge, shape)
     return _along(a, axis, width, 0, -1) if before else _along(a, axis, n - 2, n - 2 - width, -1)
 
 
-def diff(a, n=1, axis=-1):
+def diff(a, n=1, axis=-1, prepend=A.NOT_GIVEN, append=A.NOT_GIVEN):
+    """NumPy's ``diff``, of ``a`` with ``prepend`` and ``append`` joined along ``axis`` first (a
+    scalar one as a slice of the other axes' extents)."""
     a = A.as_array(a)
     axis = A.normalize_axes("diff", axis, a.ndim)[0]
+    ends = [(e, k) for e, k in ((prepend, 0), (append, 2)) if e is not A.NOT_GIVEN]
+    if ends:
+        joined = [a, a, a]
+        for end, k in ends:
+            end = A.as_array(end)
+            joined[k] = A.broadcast_to(end, a.shape[:axis] + (1,) + a.shape[axis + 1:]) if end.ndim == 0 else end
+        a = A.concatenate([joined[0]] * (prepend is not A.NOT_GIVEN) + [a] + [joined[2]] * (append is not A.NOT_GIVEN),
+                          axis=axis)
     for _ in range(n):
         m = a.shape[axis]
         a = A.subtract(_along(a, axis, 1, m), _along(a, axis, 0, m - 1))
     return a
 
 
-def broadcast_arrays(*args):
+def broadcast_arrays(*args, subok=False):
     arrays = [A.as_array(x) for x in args]
     target = broadcast_shapes("broadcast_arrays", *(x.shape for x in arrays))
     return [A.broadcast_to(x, target) for x in arrays]

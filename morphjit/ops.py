@@ -302,7 +302,7 @@ predicate("not", np.logical_not, lambda K, a: f"(not {a})")
 # Reductions (axes normalised and sorted; the output drops them)
 
 def reduction_rule(name):
-    def infer(types, axes):
+    def infer(types, axes, empty=None):
         (x,) = types
         check_axes(name, axes, x.ndim)
         return TensorType(reduced_shape(x.shape, axes), x.dtype)
@@ -314,7 +314,7 @@ def expand_back(g, axes, shape):
     return A.broadcast_to(A.reshape(g, keepdims_shape(shape, axes)), shape)
 
 
-def extremum_vjp(g, ans, x, axes):
+def extremum_vjp(g, ans, x, axes, empty=None):
     """Gradient of max/min: shared equally among the elements that attain the extremum."""
     hit = A.astype(x == expand_back(ans, axes, x.shape), x.dtype)
     count = A.sum(hit, axis=axes, keepdims=True)
@@ -324,9 +324,31 @@ def extremum_vjp(g, ans, x, axes):
 defop("sum", REDUCE, reduction_rule("sum"), lambda x, axes: np.sum(x, axis=axes, dtype=x.dtype),
             lambda g, ans, x, axes: (expand_back(g, axes, x.shape),),
       init=0.0, combine=lambda acc, x: f"{acc} + {x}")
-defop("max", REDUCE, reduction_rule("max"), lambda x, axes: np.max(x, axis=axes), extremum_vjp,
+# A max or min of no element has no value: NumPy raises. Where the user's function reduces over
+# extents that depend on the batch size, ``empty`` names it, and the step raises its error (NumPy's,
+# by ``EMPTY_REDUCTION``) when they are 0 (``plan.empty_reductions``); the reductions morphjit makes
+# itself start from -inf/inf (the composites' stable shift: a logsumexp of nothing is -inf).
+EMPTY_REDUCTION = {"max": "zero-size array to reduction operation maximum which has no identity",
+                   "min": "zero-size array to reduction operation minimum which has no identity",
+                   "ptp": "zero-size array to reduction operation maximum which has no identity",
+                   "argmax": "attempt to get argmax of an empty sequence",
+                   "argmin": "attempt to get argmin of an empty sequence"}
+
+
+def empty_reduction_error(name: str) -> str:
+    """The error of the function ``name`` (a key of ``EMPTY_REDUCTION``) reducing no element."""
+    hint = ": give initial= for a value" if name in ("max", "min") else ""
+    return f"{name}: {EMPTY_REDUCTION[name]}{hint}"
+
+
+def _extremum_impl(name: str, reduce):
+    """NumPy's ``reduce`` from the compiled loops' start value (an empty reduction's result)."""
+    return lambda x, axes, empty=None: reduce(x, axis=axes, initial=OPS[name].start(x.dtype))
+
+
+defop("max", REDUCE, reduction_rule("max"), _extremum_impl("max", np.max), extremum_vjp,
       init=-np.inf, combine=lambda acc, x: f"({x} if ({x} > {acc} or {x} != {x}) else {acc})")
-defop("min", REDUCE, reduction_rule("min"), lambda x, axes: np.min(x, axis=axes), extremum_vjp,
+defop("min", REDUCE, reduction_rule("min"), _extremum_impl("min", np.min), extremum_vjp,
       init=np.inf, combine=lambda acc, x: f"({x} if ({x} < {acc} or {x} != {x}) else {acc})")
 
 
@@ -518,7 +540,7 @@ def _row_rule(name, keep):
 
 
 def _stable_max(x, axes):
-    m = np.max(x, axis=axes, keepdims=True)
+    m = np.max(x, axis=axes, keepdims=True, initial=-np.inf)
     return np.where(np.isfinite(m), m, 0).astype(x.dtype)
 
 
@@ -569,7 +591,7 @@ def _sce_vjp(g, ans, logits, labels):
 
 def _finite_max(x, axes):
     """The shift that keeps exp from overflowing (0 where the maximum is infinite)."""
-    m = A.max(x, axis=axes, keepdims=True)
+    m = A.extremum("max", x, axes, keepdims=True)
     return A.where(A.abs(m) != np.inf, m, 0.0)
 
 

@@ -7,6 +7,7 @@ form are the loop IR (``loopir``).
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -14,10 +15,10 @@ import numpy as np
 
 from .gathers import in_range, picked_extents
 from .indexing import IndexMap
-from .ir import Namer, Program, Sym, Var
+from .ir import Namer, Program, Sym, Var, evaluate
 from .loopir import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
 from .memory import Slot, assign_slots, can_write_in_place, write_in_place  # noqa: F401  (train.py takes them from here)
-from .ops import COMPOSITE, OPS, VIEW
+from .ops import COMPOSITE, OPS, VIEW, empty_reduction_error
 from .selection import Selector
 
 
@@ -77,8 +78,9 @@ def make_plan(program: Program, copied: frozenset[int] = frozenset()) -> Plan:
 
 def range_checks(program: Program) -> list[RangeCheck]:
     """A range check of the class labels one-hot reads (inputs, or computed into a buffer by
-    fusion), and of each index array of a gather or scatter-add that is not a constant (those are
-    checked as they are traced; the others are inputs or computed into buffers, see
+    fusion), of the mask of the elements NumPy refuses in a traced parameter of a draw (all
+    False: below 1), and of each index array of a gather or scatter-add that is not a constant
+    (those are checked as they are traced; the others are inputs or computed into buffers, see
     ``Op.buffered``) or an iota no longer than its axis (``gathers.in_range``)."""
     consts = {id(v) for v, _ in program.consts}
     producer = {id(b.out): b for b in program.bindings}
@@ -87,15 +89,43 @@ def range_checks(program: Program) -> list[RangeCheck]:
         if b.op == "one_hot":
             labels = b.inputs[0]
             checks[(id(labels), b.kwargs["depth"])] = RangeCheck(labels, b.kwargs["depth"], "class labels")
+        if b.op == "check_parameter":
+            refused = b.inputs[1]
+            checks[(id(refused), 1)] = RangeCheck(refused, 1, b.kwargs["what"] + where(b), b.kwargs["error"])
         if b.op in ("gather", "scatter_add"):
             names = b.kwargs.get("names") or ("",) * (len(b.inputs) - 1)
             for index, name, extent in zip(b.inputs[1:], names, picked_extents(b)):
                 if in_range(index, extent, producer):
                     continue
                 if id(index) not in consts or isinstance(extent, Sym):
-                    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
-                    checks.setdefault((id(index), extent), RangeCheck(index, extent, what, "IndexError", negative=True))
+                    checks.setdefault((id(index), extent), index_check(b, index, name, extent))
     return list(checks.values())
+
+
+def index_check(b, index, name: str, extent) -> RangeCheck:
+    """The range check of an index array of the gather or scatter-add ``b``; that of a slice with
+    traced bounds (``slice_length``) refuses the positions NumPy's slice lacks (one past the axis)."""
+    length = b.kwargs.get("slice_length")
+    if length:
+        return RangeCheck(index, extent, f"the slice with traced bounds{where(b)}, of {length} elements,", "slice")
+    what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
+    return RangeCheck(index, extent, what, "IndexError", negative=True)
+
+
+def empty_reductions(program: Program) -> list[tuple]:
+    """``(count, error)`` of each max or min of the user's (``empty`` names the function) whose
+    number of elements reduced depends on the batch size: at a batch size where it is 0 the step
+    raises ``error``, NumPy's."""
+    return [(math.prod(b.inputs[0].shape[a] for a in b.kwargs["axes"]),
+             f"{empty_reduction_error(b.kwargs['empty'])}{where(b)}")
+            for b in program.bindings if b.kwargs.get("empty")]
+
+
+def check_not_empty(reductions: list[tuple], batch: int) -> None:
+    """Raise the error of the first of ``empty_reductions`` over no element at ``batch``."""
+    for count, error in reductions:
+        if evaluate(count, batch) == 0:
+            raise ValueError(error)
 
 
 def where(b) -> str:

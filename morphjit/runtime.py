@@ -11,7 +11,7 @@ from . import kernels
 from .loopir import batched_input, internal_shape
 from .rng import GENERATORS, seed_of
 from .ir import evaluate, is_symbolic
-from .plan import Plan
+from .plan import Plan, check_not_empty, empty_reductions
 
 
 VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
@@ -45,7 +45,8 @@ class NativeStep:
     def __init__(self, plan: Plan, kernel, arguments, n_scalars: int = 0):
         self.kernel = kernel
         self.slots = plan.slots
-        self.consts = {id(v): c.reshape(internal_shape(v.shape)) for v, c in plan.consts}
+        # Machine code reads a constant's buffer in row-major order, whatever made the program.
+        self.consts = {id(v): np.ascontiguousarray(c).reshape(internal_shape(v.shape)) for v, c in plan.consts}
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         self.workspace_values = [(v, plan.slot_of.get(id(v))) for v in arguments[n_in:len(arguments) - n_out]]
         self.slot_of = plan.slot_of
@@ -57,6 +58,7 @@ class NativeStep:
         self.scalar_outputs = [i for i, v in enumerate(plan.outputs) if not v.shape]
         batched = batched_input(plan.inputs)
         self.batched = None if batched is None else plan.inputs.index(batched)
+        self.empty_reductions = empty_reductions(plan.program)
         self.idle: list[Workspace] = []   # workspaces no call is using
         self.call = self._first_call
 
@@ -121,6 +123,7 @@ class Workspace:
         they become ``fixed``, the views of the batch size called last."""
         views = self.views.get(batch)
         if views is None:
+            check_not_empty(self.step.empty_reductions, batch)
             if batch > self.pool_batch:
                 self.views.clear()   # views of the old pool would keep it alive
                 self.pool = [np.empty(evaluate(slot.size, batch), slot.dtype) for slot in self.step.slots]
@@ -167,7 +170,36 @@ class IndexOutOfRange(OutOfRange, IndexError):
     pass
 
 
-OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange}   # by RangeCheck.error
+class SliceOutOfRange(OutOfRange, IndexError):
+    """A slice with traced bounds that NumPy's slice at the bounds of this call does not fill: an
+    element of it has no position (its index is the axis length)."""
+
+    def __str__(self) -> str:
+        what, _, extent, _, element = self.args
+        return (f"{what} lacks its element {element} in NumPy's slice at this call's bounds (on an axis of "
+                f"{extent}): a slice with traced bounds keeps the length it was traced with, so its start and "
+                f"stop must lie inside the axis (both negative, or both non-negative)")
+
+
+class RefusedParameter(OutOfRange):
+    """A traced parameter of a draw that NumPy refuses (a negative scale), found by the compiled
+    step: ``what`` says which and why, the position is that of the first element refused."""
+
+    def __str__(self) -> str:
+        what, low, extent, value, *position = self.args
+        return f"{what}, at position ({', '.join(map(str, position))})" if position else what
+
+
+class RefusedValue(RefusedParameter, ValueError):
+    pass
+
+
+class RefusedRange(RefusedParameter, OverflowError):
+    pass
+
+
+OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange,   # by RangeCheck.error
+                "ParameterValueError": RefusedValue, "ParameterOverflowError": RefusedRange, "slice": SliceOutOfRange}
 
 
 def prepare(x, dtype) -> np.ndarray:

@@ -19,6 +19,7 @@ from . import pytree
 from .compiler import CompiledLoss, compile_loss
 from .errors import DtypeError, ShapeError, TracingError, user_location
 from .ir import is_float
+from .rng import replaying_generators
 from .static_args import StaticArguments
 from .trace import Tracer, argument_names
 from .vjp import backward
@@ -204,7 +205,8 @@ def hvp(fn=None, *, backend=None, cache=None, static_shapes=None, static_argnums
 
 class Hessian:
     """``hessian(params, *data)``: the dense Hessian of ``fn`` over the flat parameter vector
-    (``mj.ravel_pytree(params)[0]``), one HVP per basis vector through the one compiled step."""
+    (``mj.ravel_pytree(params)[0]``), one HVP per basis vector through the one compiled step. A
+    random generator among the data gives one seed for the whole Hessian."""
 
     def __init__(self, hvp: HVP, max_parameters=MAX_HESSIAN_PARAMETERS):
         self.hvp, self.max_parameters = hvp, max_parameters
@@ -222,9 +224,13 @@ class Hessian:
         hessian = np.empty((n, n), flat.dtype)
         basis = np.zeros(n, flat.dtype)
         grad = unravel(np.empty(n, flat.dtype))
+        same_noise = replaying_generators(data)
         for i in range(n):
             basis[i] = 1
-            self.hvp.step(params, unravel(basis), *data, out=(unravel(hessian[i]), grad), **static)
+            # One seed for every row, so that every row sees the same noise: the rows but the
+            # last draw it from copies of the generators, the last from them (advancing them once).
+            row_data = data if i == n - 1 else same_noise()
+            self.hvp.step(params, unravel(basis), *row_data, out=(unravel(hessian[i]), grad), **static)
             basis[i] = 0
         return hessian
 
@@ -238,7 +244,9 @@ def hessian(fn=None, *, backend=None, cache=None, static_shapes=None, static_arg
     """Compile the dense Hessian of ``fn(params, *data) -> scalar loss`` for small parameter
     counts: ``mj.hessian(fn)(params, *data)`` is an ``(n, n)`` array over the flat parameter
     vector ``mj.ravel_pytree(params)[0]`` (row ``i`` is ``H e_i``, from the compiled HVP step). It
-    refuses more than ``max_parameters`` parameters (default 2000)."""
+    refuses more than ``max_parameters`` parameters (default 2000). A loss that draws from a
+    generator argument draws the same noise for every row (one seed per Hessian, taken from the
+    generator as one call takes it), so the Hessian is that of the loss with the noise fixed."""
     if fn is None:
         return lambda f: hessian(f, backend=backend, cache=cache, static_shapes=static_shapes,
                                  static_argnums=static_argnums, static_argnames=static_argnames,

@@ -78,10 +78,16 @@ def _centred_2d(m: int) -> int:
     return m // 2
 
 
+def _method(method: str) -> None:
+    if method not in ("auto", "direct", "fft"):
+        raise ValueError(f"Acceptable method flags are 'auto', 'direct', or 'fft', got {method!r}")
+
+
 def convolve(in1, in2, mode="full", method="auto"):
     """``scipy.signal.convolve`` (any method gives the direct sum's result)."""
     if A.trace_of([in1, in2]) is None:
         return scipy.signal.convolve(in1, in2, mode, method)
+    _method(method)
     a, b = _operands("convolve", in1, in2)
     return _sliding("convolve", a, b, mode, True, _centred)
 
@@ -90,6 +96,7 @@ def correlate(in1, in2, mode="full", method="auto"):
     """``scipy.signal.correlate`` (real arrays)."""
     if A.trace_of([in1, in2]) is None:
         return scipy.signal.correlate(in1, in2, mode, method)
+    _method(method)
     a, b = _operands("correlate", in1, in2)
     if mode == "valid" and not all(m >= n for m, n in zip(a.shape, b.shape)):
         # SciPy slides the larger array and reverses the result: the same as correlating with a flip.

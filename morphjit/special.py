@@ -111,13 +111,13 @@ DIGAMMA_SERIES = (-1.0 / 12, 1.0 / 120, -1.0 / 252, 1.0 / 240, -1.0 / 132)   # i
 TRIGAMMA_SERIES = (1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66)        # in 1/z^2, times 1/z
 
 
-def _reflected(x, on_positive, reflection):
-    """``on_positive`` for x >= 1/2; ``reflection(x, value at 1 - x)`` below; NaN at the poles."""
+def _reflected(x, on_positive, reflection, at_zero):
+    """``on_positive`` for x >= 1/2; ``reflection(x, value at 1 - x)`` below; ``at_zero`` at +-0 and
+    NaN at the other poles."""
     below = x < 0.5
     value = on_positive(A.where(below, 1.0 - x, x))
     pole = (x <= 0.0) & (X.floor(x) == x)
-    return A.where(pole, A.where(x == 0.0, -np.inf * A.sign(1.0 / x), np.nan),
-                   A.where(below, reflection(x, value), value))
+    return A.where(pole, A.where(x == 0.0, at_zero, np.nan), A.where(below, reflection(x, value), value))
 
 
 def _pi_x_reduced(x):
@@ -133,7 +133,8 @@ def _digamma_positive(x):
 
 
 def _digamma_lower(x):
-    return _reflected(x, _digamma_positive, lambda x, v: v - math.pi / X.tan(_pi_x_reduced(x)))
+    return _reflected(x, _digamma_positive, lambda x, v: v - math.pi / X.tan(_pi_x_reduced(x)),
+                      -np.inf * A.sign(1.0 / x))   # SciPy's -inf at +0, inf at -0
 
 
 def _trigamma_positive(x):
@@ -146,7 +147,7 @@ def _trigamma_positive(x):
 def trigamma(x):
     """The derivative of digamma (SciPy's ``polygamma(1, x)``), written in element-wise ops."""
     sin = A.sin(_pi_x_reduced(x))
-    return _reflected(x, _trigamma_positive, lambda x, v: (math.pi * math.pi) / (sin * sin) - v)
+    return _reflected(x, _trigamma_positive, lambda x, v: (math.pi * math.pi) / (sin * sin) - v, 1.0 / (x * x))
 
 
 defop("digamma", COMPOSITE, elementwise_rule("digamma"), sp.digamma,
@@ -154,10 +155,47 @@ defop("digamma", COMPOSITE, elementwise_rule("digamma"), sp.digamma,
 
 
 # ---------------------------------------------------------------------------------------------
+# xlogy, xlog1py and entr: composites whose gradients keep their limits where the formulas'
+# where() would cut them: d/dx xlogy(x, y) is log y at x == 0 too (-inf at y == 0), and
+# d/dx entr(x) is -log x - 1 at 0 (inf) and at inf (-inf)
+
+def _x_log_lower(log_fn, neutral):
+    """``x * log_fn(y)``, 0 where x == 0 (unless y is NaN): ``neutral`` is the y whose log is 0."""
+    def lower(x, y):
+        zero = (x == 0.0) & ~X.isnan(y)
+        return A.where(zero, 0.0, x * log_fn(A.where(zero, neutral, y)))
+    return lower
+
+
+def _x_log_vjp(log_fn, argument):
+    def vjp(g, ans, x, y):
+        flat = (x == 0.0) & ~X.isnan(y)   # 0 for every y
+        return g * log_fn(y), A.where(flat, 0.0, g * x / argument(y))
+    return vjp
+
+
+for _name, _impl, _log, _neutral, _argument in [("xlogy", sp.xlogy, A.log, 1.0, lambda y: y),
+                                                ("xlog1py", sp.xlog1py, A.log1p, 0.0, lambda y: 1.0 + y)]:
+    defop(_name, COMPOSITE, elementwise_rule(_name), _impl, _x_log_vjp(_log, _argument),
+          lower=_x_log_lower(_log, _neutral))
+
+
+def _entr_lower(x):
+    """``-x log x`` for x > 0, 0 at 0, -inf below."""
+    positive = x > 0.0
+    inner = -x * A.log(A.where(positive, x, 1.0))
+    return A.where(positive, inner, A.where(x == 0.0, 0.0, A.where(X.isnan(x), x, -np.inf)))
+
+
+defop("entr", COMPOSITE, elementwise_rule("entr"), sp.entr,
+      lambda g, ans, x: (A.where(x < 0.0, 0.0, -g * (A.log(x) + 1.0)),), lower=_entr_lower)
+
+
+# ---------------------------------------------------------------------------------------------
 # The array functions
 
 erf, erfc, gammaln = (X.floating_function(n) for n in ("erf", "erfc", "gammaln"))
-erfinv, digamma = X.floating_function("erfinv"), X.floating_function("digamma")
+erfinv, digamma, entr = (X.floating_function(n) for n in ("erfinv", "digamma", "entr"))
 expit = A.sigmoid
 
 
@@ -169,10 +207,17 @@ def _arrays_out(fn):
     return wrapped
 
 
+LOGIT_MIDDLE = (0.3, 0.65)   # SciPy's: log1p(s) - log1p(-s), s = 2x - 1, inside (precise near 1/2)
+
+
 @_arrays_out
 def logit(x):
+    """SciPy's formulas, the outer one as ``log x - log1p(-x)`` (not ``log(x / (1 - x))``, whose
+    gradient is 0 * inf at 0 and 1)."""
     x = X.float_array(x)
-    return A.log(x / (1.0 - x))
+    middle = (x >= LOGIT_MIDDLE[0]) & (x <= LOGIT_MIDDLE[1])
+    s = 2.0 * (A.where(middle, x, 0.5) - 0.5)
+    return A.where(middle, A.log1p(s) - A.log1p(-s), A.log(x) - A.log1p(-x))
 
 
 @_arrays_out
@@ -196,6 +241,7 @@ def ndtr(x):
 
 
 LOG_NDTR_TAIL = -20.0   # below, log(ndtr) underflows soon: the asymptotic series takes over
+LOG_NDTR_FLAT = -1e18   # below, 1/x^2 is 0 to the series: clipped there, its gradient is not 0 * inf
 
 
 @_arrays_out
@@ -205,35 +251,23 @@ def log_ndtr(x):
     right, middle = A.where(x > 0.0, x, 0.0), A.where((x > LOG_NDTR_TAIL) & (x <= 0.0), x, 0.0)
     body = A.where(x > 0.0, A.log1p(-ndtr(-right)), A.log(ndtr(middle)))
     far = A.where(x > LOG_NDTR_TAIL, LOG_NDTR_TAIL, x)
-    r2 = 1.0 / (far * far)
+    r2 = 1.0 / A.square(A.maximum(far, LOG_NDTR_FLAT))
     series = 1.0 + r2 * (-1.0 + r2 * (3.0 + r2 * (-15.0 + r2 * 105.0)))
     tail = -0.5 * far * far - A.log(-far) - 0.5 * math.log(2 * math.pi) + A.log(series)
     return A.where(x > LOG_NDTR_TAIL, body, tail)
 
 
-def _x_log(log_fn, shift):
-    """xlogy / xlog1py: ``x * log(y)``, 0 where x == 0 (unless y is NaN)."""
+def _floating_binary(name):
+    """The array function of a binary composite: Python scalars become constants of the promoted dtype."""
     @_arrays_out
     def fn(x, y):
         _, operands = A.promote([A.as_value(x), A.as_value(y)], floating=True)
-        x, y = (np.asarray(v.value, v.dtype) if isinstance(v, Lit) else v for v in operands)  # a Python scalar
-        zero = A.logical_and(A.equal(x, 0.0), A.logical_not(X.isnan(y)))
-        safe_y = A.where(zero, 1.0 - shift, y)
-        return A.where(zero, 0.0, x * log_fn(safe_y))
+        return A.bind(name, [np.asarray(v.value, v.dtype) if isinstance(v, Lit) else v for v in operands])
+    fn.__name__ = name
     return fn
 
 
-xlogy = _x_log(A.log, 0.0)
-xlog1py = _x_log(A.log1p, 1.0)
-
-
-@_arrays_out
-def entr(x):
-    """``-x log x`` for x > 0, 0 at 0, -inf below."""
-    x = X.float_array(x)
-    positive = x > 0.0
-    inner = -x * A.log(A.where(positive, x, 1.0))
-    return A.where(positive, inner, A.where(x == 0.0, 0.0, A.where(X.isnan(x), x, -np.inf)))
+xlogy, xlog1py = _floating_binary("xlogy"), _floating_binary("xlog1py")
 
 
 A.UFUNCS.update({

@@ -1,12 +1,18 @@
 """Static arguments (``static_argnums`` / ``static_argnames``, JAX's convention): Python values
 baked into a compiled step rather than traced. A compiled function with static arguments keeps one
-compiled function per value of them (the key, compared by type and value), each compiling the
-function with those values bound (`StaticArguments.bound`); the disk cache keys on the generated
-source, which holds what the values made of the program."""
+compiled function per value of them (the key, `StaticKey`: equal only for values that are the
+same to the function, `exact`), each compiling the function with those values bound
+(`StaticArguments.bound`); the disk cache keys on the generated source, which holds what the
+values made of the program."""
 from __future__ import annotations
 
+import collections
+import decimal
 import functools
 import inspect
+import struct
+
+import numpy as np
 
 from .errors import TracingError, user_location
 from .trace import argument_names
@@ -45,10 +51,10 @@ class StaticArguments:
         names = argument_names(self.fn, position + 1)
         return f"{names[position]} (argument {position})"
 
-    def split(self, args) -> tuple[tuple, tuple]:
-        """The call's key (how many traced arguments, and the static values, each with its type,
-        defaults filled in) and its traced arguments."""
-        static = []
+    def split(self, args) -> tuple[StaticKey, tuple]:
+        """The call's key (how many traced arguments, and the static values, defaults filled in)
+        and its traced arguments."""
+        static = {}
         for i in self.positions:
             if i >= len(args) and i not in self.defaults:
                 continue
@@ -61,16 +67,15 @@ class StaticArguments:
                     f"part of the cache key), but it is a {type(value).__name__}: pass a tuple or "
                     f"another hashable value, or leave it out of static_argnums/static_argnames to "
                     f"trace it", user_location()) from None
-            static.append((i, type(value), value))
+            static[i] = value
         dynamic = tuple(a for i, a in enumerate(args) if i not in self.positions)
-        return (len(dynamic), tuple(static)), dynamic
+        return StaticKey.of(len(dynamic), static), dynamic
 
-    def bound(self, fn, key):
+    def bound(self, fn, key: StaticKey):
         """``fn`` with the static values of ``key`` bound: a function of the traced arguments,
         whose signature names them (as error messages and argument paths do). Static values after
         the last traced argument are passed by name."""
-        n_dynamic, items = key
-        static = {i: value for i, _, value in items}
+        n_dynamic, static = key.n_dynamic, key.values
         count = placed = 0
         while placed < n_dynamic:
             placed += count not in static
@@ -103,6 +108,52 @@ class StaticArguments:
             if i in self.positions:
                 raise TypeError(f"{self.describe(i)} of {self.fn.__name__} is static, so it cannot be "
                                 f"{what}; remove it from static_argnums/static_argnames or from argnums")
+
+
+class StaticKey(tuple):
+    """A call's static values as a dict key: how many traced arguments it has and the `exact` form
+    of each static value by position, so that two keys are equal when the values are exactly the
+    same, whatever ``==`` says of them; the values themselves are ``values``."""
+
+    @classmethod
+    def of(cls, n_dynamic: int, values: dict[int, object]) -> StaticKey:
+        key = cls((n_dynamic, *zip(values, map(exact, values.values()))))
+        key.n_dynamic, key.values = n_dynamic, values
+        return key
+
+
+def exact(value):
+    """``value`` as a key equal to another's only when the two are the same value: each with its
+    type (``True`` is not ``1``, nor ``1`` ``1.0``), recursively inside tuples (named ones too),
+    frozensets and slices, floats and complex numbers by their bits (``-0.0`` is not ``0.0``, a NaN
+    is itself), NumPy scalars by dtype and bytes, decimals by digits and exponent. Values of other
+    classes (enum members, strings, None, the user's own) keep their own ``==`` and hash."""
+    payload = payload_of(type(value))
+    return (type(value), value) if payload is None else (type(value), payload(value))
+
+
+@functools.lru_cache(maxsize=256)
+def payload_of(kind: type):
+    """What tells apart values of ``kind`` that ``==`` confuses, or None to compare them by ``==``:
+    a class in `EXACT_PAYLOADS` or a subclass keeping its ``==`` and hash (a named tuple)."""
+    if issubclass(kind, np.generic):
+        return lambda v: (v.dtype, v.tobytes())
+    for base, payload in EXACT_PAYLOADS.items():
+        if issubclass(kind, base) and kind.__eq__ is base.__eq__ and kind.__hash__ is base.__hash__:
+            return payload
+    return None
+
+
+EXACT_PAYLOADS = {   # builtin classes whose == confuses values, and what tells their values apart
+    float: lambda v: struct.pack("<d", v),
+    complex: lambda v: struct.pack("<dd", v.real, v.imag),
+    tuple: lambda v: tuple(map(exact, v)),
+    # with the number of each element: two NaNs make a set of two
+    frozenset: lambda v: frozenset(collections.Counter(map(exact, v)).items()),
+    slice: lambda v: exact((v.start, v.stop, v.step)),
+    range: lambda v: (v.start, v.stop, v.step),
+    decimal.Decimal: lambda v: v.as_tuple(),
+}
 
 
 def signature_parameters(fn) -> list[inspect.Parameter]:

@@ -1,7 +1,6 @@
 """Tracing: run the user's function on tracer arrays and record the forward SSA program."""
 from __future__ import annotations
 
-import contextlib
 import inspect
 import math
 import threading
@@ -12,6 +11,7 @@ from . import pytree
 from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error, updates_through_at
 from .errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
 from .ir import BATCH_SIZE, DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
+from .interrupts import guarded
 from .ops import ELEMENTWISE, OPS
 from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
 
@@ -59,11 +59,12 @@ class Trace:
         return x
 
     def _const(self, array: np.ndarray) -> Var:
-        """A NumPy array captured by the function: its value is fixed when the function is traced."""
+        """A NumPy array captured by the function: its value is fixed when the function is traced, in
+        a C-contiguous copy (compiled code reads a constant's buffer in row-major order)."""
         key = id(array)
         if key not in self._const_vars:
             var = Var(TensorType(array.shape, array.dtype))
-            self.consts.append((var, np.array(array, copy=True)))
+            self.consts.append((var, np.array(array, copy=True, order="C")))
             # Keep `array` alive: a temporary's id may otherwise be reused by a later array.
             self._const_vars[key] = (array, var)
         return self._const_vars[key][1]
@@ -216,24 +217,25 @@ class Tracer:
             raise ValueError(f"device {device!r}: traced arrays live on {self.device!r}")
         return self
 
-    def reshape(self, *shape, order="C"):
-        return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order)
+    def reshape(self, *shape, order="C", copy=None):
+        return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order, copy=copy)
 
     def transpose(self, *axes):
         return A.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
 
-    sum = lambda self, axis=None, dtype=None, out=None, keepdims=False: A.sum(self, axis, dtype, out, keepdims)
-    mean = lambda self, axis=None, dtype=None, out=None, keepdims=False: A.mean(self, axis, dtype, out, keepdims)
-    max = lambda self, axis=None, out=None, keepdims=False: A.max(self, axis, out, keepdims)
-    min = lambda self, axis=None, out=None, keepdims=False: A.min(self, axis, out, keepdims)
-    var = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: A.var(self, axis, dtype, out, ddof, keepdims)
-    std = lambda self, axis=None, dtype=None, out=None, ddof=0, keepdims=False: A.std(self, axis, dtype, out, ddof, keepdims)
-    astype = lambda self, dtype: A.astype(self, dtype)
-    dot = lambda self, other: A.dot(self, other)
-    clip = lambda self, min=None, max=None: A.clip(self, min, max)
+    # ndarray's methods take the arguments of NumPy's functions after the array.
+    sum = lambda self, *args, **kwargs: A.sum(self, *args, **kwargs)
+    mean = lambda self, *args, **kwargs: A.mean(self, *args, **kwargs)
+    max = lambda self, *args, **kwargs: A.max(self, *args, **kwargs)
+    min = lambda self, *args, **kwargs: A.min(self, *args, **kwargs)
+    var = lambda self, *args, **kwargs: A.var(self, *args, **kwargs)
+    std = lambda self, *args, **kwargs: A.std(self, *args, **kwargs)
+    astype = lambda self, dtype, order="K", casting="unsafe", subok=True, copy=True: A.astype(self, dtype, casting)
+    dot = lambda self, b, out=None: A.dot(self, b, out)
+    clip = lambda self, min=None, max=None, out=None, **kwargs: A.clip(self, min, max, out, **kwargs)
     squeeze = lambda self, axis=None: A.squeeze(self, axis)
-    swapaxes = lambda self, a, b: A.swapaxes(self, a, b)
-    ravel = lambda self: A.ravel(self)
+    swapaxes = lambda self, axis1, axis2: A.swapaxes(self, axis1, axis2)
+    ravel = lambda self, order="C": A.ravel(self, order)
     flatten = ravel
     # Methods whose functions live in the op-family modules reach them through NumPy's dispatch.
     prod = lambda self, *args, **kwargs: np.prod(self, *args, **kwargs)
@@ -278,8 +280,7 @@ def trace_with_tree(fn, args, batched=frozenset()):
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
     t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
     try:
-        with recording(t, symbolic=bool(batched)):
-            out_leaves, out_tree = pytree.flatten(fn(*pytree.unflatten(treedef, tracers)))
+        out_leaves, out_tree = recorded(t, bool(batched), lambda: pytree.flatten(fn(*pytree.unflatten(treedef, tracers))))
         outputs = tuple(output_var(t, x) for x in out_leaves)
     finally:
         t.closed = True
@@ -291,17 +292,24 @@ def trace_with_tree(fn, args, batched=frozenset()):
 _current = threading.local()
 
 
-@contextlib.contextmanager
-def recording(t: Trace, symbolic: bool):
-    """While a function runs on ``t``'s tracers: ``t`` is this thread's current trace, and the
-    library functions that need it are replaced (``substitutes``)."""
-    stack = _current.__dict__.setdefault("traces", [])
-    stack.append(t)
-    try:
-        with ANY_TRACE.active(), (SYMBOLIC_EXTENT.active() if symbolic else contextlib.nullcontext()):
-            yield
-    finally:
-        stack.pop()
+def recorded(t: Trace, symbolic: bool, call):
+    """``call()``, the user's function on ``t``'s tracers, with ``t`` this thread's current trace
+    and the library functions that need it replaced (``substitutes``)."""
+    sections = (Current(t), ANY_TRACE, SYMBOLIC_EXTENT) if symbolic else (Current(t), ANY_TRACE)
+    return guarded(call, sections)
+
+
+class Current:
+    """``t`` the calling thread's current trace while entered (a section of `interrupts.guarded`)."""
+
+    def __init__(self, t: Trace):
+        self.t = t
+
+    def enter(self) -> None:
+        _current.__dict__.setdefault("traces", []).append(self.t)
+
+    def leave(self) -> None:
+        _current.traces.pop()
 
 
 def current_trace() -> Trace | None:

@@ -2,8 +2,13 @@
 mj.value_and_grad, static arguments, and call statistics under threads; each on both backends."""
 from __future__ import annotations
 
+import collections
+import decimal
+import enum
 import functools
 import inspect
+import math
+import zlib
 
 import numpy as np
 import pytest
@@ -256,6 +261,110 @@ def test_static_arguments_refuse_unhashable_values_and_traced_positions(problem)
     with pytest.raises(TypeError, match="updated in place"):
         mj.train_step(powered, mj.optim.sgd(0.1), static_argnums=0)
 
+
+
+class Shade(enum.IntEnum):
+    DARK = 1
+
+
+class Keyed:
+    """Equal to every other Keyed with the same ``k``, whatever its ``note`` (its own ``==``)."""
+
+    def __init__(self, k, note=""):
+        self.k, self.note = k, note
+
+    def __eq__(self, other):
+        return isinstance(other, Keyed) and other.k == self.k
+
+    def __hash__(self):
+        return hash(self.k)
+
+
+class EqualToAll:
+    def __eq__(self, other):
+        return True
+
+    def __hash__(self):
+        return 0
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+def fingerprinted(x, s):
+    """A loss whose value tells apart static values that differ in any way the function can see."""
+    return np.sum(x) * float(zlib.crc32(repr(s).encode()))
+
+
+# Pairs that compare equal (and hash alike) but are not the same value to a function
+EQUAL_BUT_DIFFERENT = [
+    (0.0, -0.0), ((True,), (1,)), ((1,), (1.0,)), (1, True), (1, 1.0), (Pair(1, 2), (1, 2)),
+    (((0.0, "a"),), ((-0.0, "a"),)), (frozenset({0.0}), frozenset({-0.0})), (complex(1, 0.0), complex(1, -0.0)),
+    (np.float64(0.0), np.float64(-0.0)), (np.float32(1), np.float64(1)), (np.int64(1), 1), (np.float64(2), 2.0),
+    (Shade.DARK, 1), (decimal.Decimal("1.0"), decimal.Decimal("1.00")), (EqualToAll(), 1),
+    (frozenset({float("nan"), float("nan")}), frozenset({float("nan")})),
+]
+
+
+@pytest.mark.parametrize("a, b", EQUAL_BUT_DIFFERENT, ids=lambda v: repr(v))
+def test_static_values_that_compare_equal_but_differ_get_steps_of_their_own(a, b):
+    assert a == b or len(a) != len(b)   # what == (or a set of NaNs) says of them
+    x = np.arange(1.0, 5.0)
+    loss = mj.compile_loss(fingerprinted, static_argnums=1, backend="interp", cache=False)
+    for s in (a, b, a, b):
+        assert loss(x, s)[0] == fingerprinted(x, s), s
+    assert loss.cache_info().misses == 2
+
+
+def test_a_static_negative_zero_is_not_zero():
+    """The example of issue 30: copysign(1, s) with s = -0.0 baked into the step after s = 0.0."""
+    x = np.arange(6.0)
+    scaled = lambda x, s: np.sum(x * math.copysign(1, s))   # noqa: E731
+    loss = mj.compile_loss(scaled, static_argnums=1)
+    forward = mj.compile(scaled, static_argnums=1)
+    step = mj.train_step(scaled, mj.optim.sgd(1.0), static_argnums=1)
+    w = x.copy()
+    state = step.init(w)
+    for s in (0.0, -0.0):
+        value, grad = loss(x, s)
+        assert value == scaled(x, s) == math.copysign(15.0, s) and forward(x, s) == value
+        np.testing.assert_array_equal(grad, np.full(6, math.copysign(1.0, s)))
+        before = w.copy()
+        assert step(w, state, s) == scaled(before, s)
+        np.testing.assert_array_equal(w, before - math.copysign(1.0, s))
+    assert loss.cache_info().misses == forward.cache_info().misses == step.cache_info().misses == 2
+
+
+@pytest.mark.parametrize("make_nan", [lambda: float("nan"), lambda: np.float64("nan"), lambda: (1, (float("nan"),)),
+                                      lambda: Pair(float("nan"), "a"), lambda: complex(float("nan"), 0),
+                                      lambda: decimal.Decimal("nan")], ids=["float", "float64", "nested", "namedtuple",
+                                                                            "complex", "decimal"])
+def test_a_nan_static_value_reuses_its_step(make_nan):
+    x = np.arange(1.0, 5.0)
+    loss = mj.compile_loss(fingerprinted, static_argnums=1, backend="interp", cache=False)
+    for _ in range(5):
+        s = make_nan()   # a new object each call, never equal to the last
+        assert loss(x, s)[0] == fingerprinted(x, s)
+    assert loss.cache_info().misses == 1 and loss.cache_info().hits == 4
+
+
+def test_static_values_of_the_users_classes_keep_their_equality_and_their_type():
+    x = np.arange(1.0, 5.0)
+    loss = mj.compile_loss(lambda x, s: np.sum(x) * s.k, static_argnums=1, backend="interp", cache=False)
+    assert loss(x, Keyed(2, "first"))[0] == loss(x, Keyed(2, "second"))[0] == 20.0
+    assert loss.cache_info().misses == 1   # equal by their own ==
+    shared = mj.compile_loss(lambda x, s: np.sum(x) * (3.0 if isinstance(s, EqualToAll) else s), static_argnums=1,
+                             backend="interp", cache=False)
+    assert shared(x, EqualToAll())[0] == 30.0 and shared(x, 2.0)[0] == 20.0 and shared(x, EqualToAll())[0] == 30.0
+    assert shared.cache_info().misses == 2   # equal to everything, but of its own type
+
+
+def test_the_exact_form_tells_apart_what_equality_confuses():
+    """Also for values only hashable on newer Pythons (slices from 3.12)."""
+    from morphjit.static_args import exact
+    assert exact(slice(0.0, 2)) != exact(slice(-0.0, 2)) and exact(slice(1, 2)) == exact(slice(1, 2))
+    assert exact(range(0)) != exact(range(2, 2)) and exact(range(3)) == exact(range(0, 3, 1))
+    assert exact(float("nan")) == exact(float("nan")) and exact(0.0) != exact(-0.0)
 
 
 def test_dask_refuses_what_it_cannot_ship():

@@ -254,3 +254,71 @@ def test_a_batch_of_one_keeps_numpys_meaning_of_squeeze(backend):
         value, grad = step(w, x)
         np.testing.assert_allclose(value, loss(w, x), rtol=1e-12)
         np.testing.assert_allclose(grad, reference(loss, (w, x))[1], rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions without an identity over no rows: NumPy's error, when tracing or when the step runs
+
+NO_IDENTITY = {
+    "np.max": lambda z: np.max(z),
+    "np.amax axis=0": lambda z: np.amax(z, axis=0),
+    "x.max() keepdims": lambda z: z.max(axis=0, keepdims=True),
+    "mj.max": lambda z: mj.max(z, axis=(0, 1)),
+    "np.min axis=0": lambda z: np.min(z, axis=0),
+    "x.min()": lambda z: z.min(),
+    "np.ptp": lambda z: np.ptp(z, axis=0),
+    "np.argmax": lambda z: np.argmax(z),
+    "np.argmin axis=0": lambda z: np.argmin(z, axis=0),
+    "x.argmax()": lambda z: z.argmax(),
+    "norm ord=-inf": lambda z: np.linalg.norm(z[:, 0], ord=-np.inf),
+}
+
+
+@pytest.mark.parametrize("static_shapes", [False, True])
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+@pytest.mark.parametrize("name", list(NO_IDENTITY))
+def test_a_reduction_without_identity_over_no_rows_raises_numpys_error(name, backend, static_shapes):
+    reduce = NO_IDENTITY[name]
+
+    def loss(w, x):
+        return np.sum(w * 0.5) + np.sum(reduce(x @ w))
+
+    rng = np.random.default_rng(2)
+    w, x, empty = rng.normal(size=(3, 2)), rng.normal(size=(6, 3)), np.zeros((0, 3))
+    with pytest.raises(ValueError) as numpy_error:   # mj.max of NumPy arrays computes too, as NumPy would
+        loss(w, empty)
+    step = mj.compile_loss(loss, backend=backend, static_shapes=static_shapes)
+    value, _ = step(w, x)
+    assert value == pytest.approx(loss(w, x), rel=1e-12)
+    for _ in range(2):   # the slow path, then whatever the compiled step caches
+        with pytest.raises(ValueError) as error:
+            step(w, empty)
+        assert numpy_error.value.args[0] in str(error.value)
+        assert "test_batch.py" in str(error.value)   # the user's line: traced, or named by the step
+    assert step(w, x[:4])[0] == pytest.approx(loss(w, x[:4]), rel=1e-12)   # the step runs on
+    if not static_shapes and "arg" not in name:   # (argmax along the batch specialises)
+        assert step.cache_info().misses == 1   # one step, polymorphic, for every call
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_reductions_with_an_identity_over_no_rows_give_numpys_values(backend):
+    """Sums, products, a max with initial=, norm(ord=inf) (NumPy's starts from 0) and the stable
+    shift inside logsumexp and softmax (SciPy's logsumexp of nothing is -inf) reduce no rows
+    without an error."""
+    import scipy.special
+
+    def terms(w, x):
+        z = x @ w
+        return [np.sum(w), np.sum(z), np.prod(z, axis=0).sum(), np.sum(mj.softmax(z, axis=0)),
+                np.max(z, axis=1).sum(), np.linalg.norm(z[:, 0], ord=np.inf), np.max(z, initial=-5.0)]
+
+    rng = np.random.default_rng(3)
+    w, empty = rng.normal(size=(3, 2)), np.zeros((0, 3))
+    step = mj.compile_loss(lambda w, x: sum(terms(w, x)), backend=backend)
+    step(w, rng.normal(size=(5, 3)))
+    value, grad = step(w, empty)
+    assert value == sum(terms(w, empty)) == np.sum(w) + 2.0 - 5.0
+    np.testing.assert_array_equal(grad, np.ones((3, 2)))
+    logsumexp = mj.compile_loss(lambda w, x: np.sum(w) + np.sum(mj.logsumexp(x @ w, axis=0)), backend=backend)
+    logsumexp(w, rng.normal(size=(5, 3)))
+    assert logsumexp(w, empty)[0] == np.sum(scipy.special.logsumexp(np.zeros((0, 2)), axis=0)) == -np.inf

@@ -218,3 +218,32 @@ def test_cli_reports_and_clears(cache_dir, program):
 def test_name_hint_must_be_an_identifier_fragment(cache_dir, program):
     with pytest.raises(ValueError, match="name_hint"):
         load_module(program, name_hint="../step")
+
+
+# A loss reading constants that are not C-contiguous (a transposed view, a Fortran-ordered array).
+CONSTANTS_CHILD = textwrap.dedent('''
+    import json
+    import numpy as np
+    import morphjit as mj
+
+    rng = np.random.default_rng(0)
+    W, M, x = rng.standard_normal((4, 3)), np.asfortranarray(rng.standard_normal((5, 3))), rng.standard_normal((5, 3))
+    step = mj.compile_loss(lambda x: np.sum((x @ W.T) ** 2) + np.sum(x * M))
+    value, grad = step(x)
+    correct = np.isclose(value, np.sum((x @ W.T) ** 2) + np.sum(x * M), rtol=1e-12) and \\
+        np.allclose(grad, 2 * (x @ W.T) @ W + M, rtol=1e-12)
+    print(json.dumps({"disk_loads": step.cache_info().disk_loads, "correct": bool(correct)}))
+''')
+
+
+def test_a_fresh_process_reads_constants_of_any_layout_right_from_the_disk_cache(cache_dir):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+
+    def child():
+        done = subprocess.run([sys.executable, "-c", CONSTANTS_CHILD], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.splitlines()[-1])
+
+    assert child() == {"disk_loads": 0, "correct": True}
+    assert child() == {"disk_loads": 1, "correct": True}

@@ -1,6 +1,8 @@
 """Sliding windows, convolutions and pooling: values against NumPy references written here (loops
 over the taps, sharing no code with morphjit), gradients against finite differences of those
 references, on both backends. Many options go into one loss so that one compile covers them."""
+import re
+
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided, sliding_window_view
@@ -332,6 +334,69 @@ def test_conv_errors_name_the_problem():
             mj.trace(lambda x: np.sum(fn(x)), x)
 
 
+X4, W4 = np.ones((2, 3, 6, 6)), np.ones((4, 3, 3, 3))
+BAD_ARGUMENTS = [   # (call on x of shape (2, 3, 6, 6), the function and the argument its error names)
+    (lambda x: mj.conv2d(x, W4, stride=0), "conv2d: stride"),
+    (lambda x: mj.conv2d(x, W4, stride=-1), "conv2d: stride"),
+    (lambda x: mj.conv2d(x, W4, stride=(1, 0)), "conv2d: stride"),
+    (lambda x: mj.conv2d(x, W4, stride=(1,)), "conv2d: stride must be an int or 2 ints"),
+    (lambda x: mj.conv2d(x, W4, stride=1.5), "conv2d: stride must be an int"),
+    (lambda x: mj.conv2d(x, W4, stride=True), "conv2d: stride must be an int"),
+    (lambda x: mj.conv2d(x, W4, dilation=0), "conv2d: dilation"),
+    (lambda x: mj.conv2d(x, W4, dilation=(1, -1)), "conv2d: dilation"),
+    (lambda x: mj.conv2d(x, W4, padding=-1), "conv2d: padding must be at least 0"),
+    (lambda x: mj.conv2d(x, W4, padding=((0, 1), (-1, 0))), "conv2d: padding must be at least 0"),
+    (lambda x: mj.conv2d(x, W4, padding=1.5), "conv2d: padding must be"),
+    (lambda x: mj.conv2d(x, W4, padding="full"), "conv2d: padding must be"),
+    (lambda x: mj.conv2d(x, W4, groups=0), "conv2d: groups"),
+    (lambda x: mj.conv2d(x, np.ones((4, 1, 3, 3)), groups=2), "conv2d: groups=2 must divide"),
+    (lambda x: mj.conv2d(x, W4, groups=1.0), "conv2d: groups"),
+    (lambda x: mj.conv2d(x, np.ones((4, 3, 0, 3))), "conv2d: the kernel size"),
+    (lambda x: mj.conv2d(x, np.ones((4, 3, 7, 3))), "conv2d: a kernel of size .* does not fit"),
+    (lambda x: mj.conv2d(x, W4, dilation=3), "conv2d: a kernel of size .* dilation"),
+    (lambda x: mj.conv2d(x, W4, np.ones((2, 2))), "conv2d: the bias"),
+    (lambda x: mj.conv1d(x[:, :, 0], np.ones((4, 3, 3)), stride=0), "conv1d: stride"),
+    (lambda x: mj.conv3d(x[..., None], np.ones((4, 3, 3, 3, 1)), dilation=0), "conv3d: dilation"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), stride=0), "conv_transpose2d: stride"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), padding=-1), "conv_transpose2d: padding"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), output_padding=-1), "conv_transpose2d: output_padding"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), dilation=0), "conv_transpose2d: dilation"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), groups=0), "conv_transpose2d: groups"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), groups=2), "conv_transpose2d: groups=2"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), padding=4), "conv_transpose2d: padding .* nothing"),
+    (lambda x: mj.conv_transpose2d(x, np.ones((3, 2, 3, 3)), np.ones(3)), "conv_transpose2d: the bias"),
+    (lambda x: mj.max_pool2d(x, 0), "max_pool2d: kernel_size"),
+    (lambda x: mj.max_pool2d(x, (2,)), "max_pool2d: kernel_size"),
+    (lambda x: mj.max_pool2d(x, 2.0), "max_pool2d: kernel_size"),
+    (lambda x: mj.max_pool2d(x, 2, stride=0), "max_pool2d: stride"),
+    (lambda x: mj.max_pool2d(x, 2, padding=-1), "max_pool2d: padding"),
+    (lambda x: mj.max_pool2d(x, 2, dilation=0), "max_pool2d: dilation"),
+    (lambda x: mj.max_pool2d(x, 7), "max_pool2d: a kernel of size"),
+    (lambda x: mj.avg_pool2d(x, 0), "avg_pool2d: kernel_size"),
+    (lambda x: mj.avg_pool2d(x, 2, stride=(0, 1)), "avg_pool2d: stride"),
+    (lambda x: mj.avg_pool2d(x, 3, padding=2), "avg_pool2d: padding .* half the kernel"),
+]
+
+
+@pytest.mark.parametrize("call, message", BAD_ARGUMENTS, ids=[m for _, m in BAD_ARGUMENTS])
+def test_every_convolution_and_pooling_argument_is_checked_as_in_pytorch(call, message):
+    with pytest.raises(mj.ShapeError) as error:
+        mj.trace(lambda x: np.sum(call(x)), X4)
+    assert re.match(message, error.value.message), error.value.message   # (the user's line shows the message too)
+    assert error.value.loc.filename == __file__
+
+
+def test_the_smallest_valid_arguments_are_accepted():
+    """Stride and dilation 1, padding 0 and half the (dilated) pooling window, output of one element."""
+    x = np.random.default_rng(6).normal(size=(1, 2, 3, 3))
+    program = mj.trace(lambda x: [mj.conv2d(x, np.ones((2, 2, 3, 3)), padding=0, stride=(1, 1), dilation=1),
+                                  mj.max_pool2d(x, 2, padding=1, dilation=2), mj.avg_pool2d(x, 3, stride=3),
+                                  mj.conv_transpose2d(x, np.eye(2).reshape(2, 2, 1, 1), padding=1)], x)
+    conv, pool, avg, transposed = mj.run(program, x)
+    assert conv.shape == (1, 2, 1, 1) and pool.shape == (1, 2, 2, 2) and avg.shape == (1, 2, 1, 1)
+    np.testing.assert_allclose(transposed, x[:, :, 1:2, 1:2])
+
+
 # ---------------------------------------------------------------------------------------------
 # SciPy's convolutions
 
@@ -393,6 +458,12 @@ def test_signal_errors():
         mj.trace(lambda a: np.sum(mj.signal.convolve(a, np.ones((3, 1)), "valid")), np.ones((2, 4)))
     with pytest.raises(mj.UnsupportedError, match="boundary='wrap'"):
         mj.trace(lambda a: np.sum(mj.signal.convolve2d(a, np.ones((2, 2)), boundary="wrap")), np.ones((3, 3)))
+    for bad in (dict(method="bogus"), dict(mode="bogus")):   # SciPy's errors
+        with pytest.raises(ValueError):
+            ss.convolve(np.ones(5), np.ones(3), **bad)
+        for function in (mj.signal.convolve, mj.signal.correlate):
+            with pytest.raises(ValueError):
+                mj.trace(lambda a: np.sum(function(a, np.ones(3), **bad)), np.ones(5))
 
 
 # ---------------------------------------------------------------------------------------------

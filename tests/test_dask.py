@@ -380,6 +380,286 @@ def test_bad_data_and_options_are_refused(client):
 
 
 # ---------------------------------------------------------------------------------------------
+# Empty chunks, bad arguments, faults on the workers
+
+def penalised_sum(params, x, y):
+    """A sum over rows plus a penalty: counted once per chunk, so once more for an empty one."""
+    return squared_sum(params, x, y) + mj.sum(params["w"] ** 2)
+
+
+def with_empty_chunks(array, chunks, empty_at):
+    """``array`` as a Dask array of ``chunks`` rows, with an empty chunk before each chunk of
+    ``empty_at`` (``len(chunks)``: at the end)."""
+    rows = [n for k, n in enumerate(chunks) for n in ((0, n) if k in empty_at else (n,))]
+    rows += [0] * (len(chunks) in empty_at)
+    return da.from_array(array, chunks=(tuple(rows),) + array.shape[1:])
+
+
+def chunkwise(fn, reduction, params, x, y, chunks):
+    """``(loss, grads)`` computed in this process chunk by chunk: weighted by rows over the total
+    (``"mean"``) or added (``"sum"``)."""
+    local, value, grads = mj.compile_loss(fn), 0.0, {k: np.zeros_like(v) for k, v in params.items()}
+    for start, stop in zip(np.cumsum((0,) + chunks), np.cumsum(chunks)):
+        weight = (stop - start) / len(x) if reduction == "mean" else 1.0
+        chunk_value, chunk_grads = local(params, x[start:stop], y[start:stop])
+        value += weight * float(chunk_value)
+        for k in grads:
+            grads[k] += weight * chunk_grads[k]
+    return value, grads
+
+
+def assert_close(result, expected, tol=1e-12):
+    assert result[0] == pytest.approx(expected[0], rel=tol)
+    assert_same(result[1], expected[1], tol)
+
+
+@pytest.mark.parametrize("fn,reduction", [(logistic, "mean"), (penalised_sum, "sum")])
+@pytest.mark.parametrize("empty_at", [{1}, {0, 2, 3}])
+def test_empty_chunks_contribute_nothing(client, fn, reduction, empty_at):
+    """An empty chunk (a filtered dataframe's, a concatenation's) holds nothing to add; weighted by
+    its 0 rows, the mean over it (NaN) made the whole loss NaN, and a sum counted the penalty once
+    more."""
+    params, x, y = problem()
+    chunks = (300, 303, 400)
+    x_empty = with_empty_chunks(x, chunks, empty_at)
+    assert 0 in x_empty.chunks[0]
+    loss = mjd.dataset_loss(fn, x_empty, with_empty_chunks(y, (500, 503), empty_at & {1}), reduction=reduction)
+    expected = chunkwise(fn, reduction, params, x, y, chunks)
+    assert_close(loss(params), expected)
+    value, leaves = loss.submit(params).result()                      # the tasks of the fallback
+    assert_close((value, dict(zip(sorted(params), leaves))), expected)   # leaves in the order of sorted keys
+    objective, flat = loss.scipy_objective(params), mjd.FlatParams(params)
+    for scale in (1.0, -2.0):
+        value, gradient = objective(scale * objective.x0)
+        assert_close((value, flat.tree(gradient)), chunkwise(fn, reduction, flat.tree(scale * flat.x0), x, y, chunks))
+
+
+def test_data_parallel_on_data_with_empty_chunks_equals_one_process(client):
+    params, x, y = problem()
+    optimizer = mj.optim.sgd(0.1, momentum=0.9)
+    trainer = mjd.data_parallel(logistic, optimizer, params, with_empty_chunks(x, (500, 503), {0, 1, 2}),
+                                with_empty_chunks(y, (1003,), {1}), batch_size=64)
+    losses = trainer.run(3)
+    expected, expected_losses = single_process(logistic, optimizer, params, concatenated_minibatches(trainer, x, y, 3))
+    np.testing.assert_allclose(losses, expected_losses, rtol=1e-12)
+    assert_same(trainer.params, expected)
+
+
+def test_chunks_of_a_filtered_array_emptied_by_the_filter_are_left_out(client):
+    """A boolean mask held as a Dask array filters chunk by chunk, as a dataframe's rows are."""
+    params, x, y = problem()
+    keep = np.ones(len(x), bool)
+    keep[300:600] = False                                   # the whole second chunk
+    keep[::7] = False
+    mask = da.from_array(keep, chunks=300)
+    filtered_x, filtered_y = da.from_array(x, chunks=(300, 5))[mask], da.from_array(y, chunks=300)[mask]
+    for array in (filtered_x, filtered_y):
+        array.compute_chunk_sizes()
+    assert filtered_x.chunks[0][1] == 0
+    loss = mjd.dataset_loss(logistic, filtered_x, filtered_y)
+    assert_single_process_result(loss(params), logistic, params, x[keep], y[keep])
+
+
+def test_data_whose_chunks_are_all_empty_are_refused(client):
+    params, x, y = problem()
+    empty_x, empty_y = (da.from_array(a[:0], chunks=((0, 0, 0),) + a.shape[1:]) for a in (x, y))
+    for make in (lambda: mjd.dataset_loss(logistic, empty_x, empty_y),
+                 lambda: mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, empty_x, empty_y)):
+        with pytest.raises(ValueError, match=r"no rows \(data argument 0 has shape \(0, 5\)\): every chunk is empty"):
+            make()
+
+
+def unknown_columns(x):
+    """``x`` with its second extent unknown, as a dataframe's values are."""
+    return x.map_blocks(lambda b: b, chunks=(x.chunks[0], (np.nan,)), dtype=x.dtype)
+
+
+BAD_DATASET_LOSS_ARGUMENTS = [
+    (dict(rows_per_call=-1), ValueError, "rows_per_call must be None or an integer >= 1, got -1"),
+    (dict(rows_per_call=0), ValueError, "rows_per_call .* got 0"),
+    (dict(rows_per_call=2.5), ValueError, "rows_per_call .* got 2.5"),
+    (dict(rows_per_call=True), ValueError, "rows_per_call .* got True"),
+    (dict(rows_per_call="64"), ValueError, "rows_per_call .* got '64'"),
+    (dict(reduction=["mean"]), ValueError, "reduction must be one of"),
+    (dict(client="tcp://127.0.0.1:8786"), TypeError, "client must be a distributed.Client.* got a str"),
+]
+
+
+@pytest.mark.parametrize("options,error,message", BAD_DATASET_LOSS_ARGUMENTS)
+def test_bad_options_of_dataset_loss_are_refused_naming_them(client, options, error, message):
+    _, x, y = problem()
+    with pytest.raises(error, match=message):
+        mjd.dataset_loss(logistic, da.from_array(x, chunks=500), da.from_array(y, chunks=500), **options)
+
+
+BAD_DATA = [
+    (lambda x, y: (x.astype(np.complex128), y), mj.DtypeError,
+     "data argument 0 has dtype complex128; morphjit traces float32, float64, int32, int64 and bool"),
+    (lambda x, y: (x, y.astype(np.float16)), mj.DtypeError, "data argument 1 has dtype float16"),
+    (lambda x, y: (unknown_columns(x), y), ValueError, r"data argument 0 needs every extent known; got shape \(1003, nan\)"),
+    (lambda x, y: (x, da.ma.masked_greater(y, 0)), TypeError, "data argument 1 has chunks of type numpy.ma"),
+    (lambda x, y: (x, y.sum()), ValueError, "data argument 1 is 0-dimensional"),
+]
+
+
+@pytest.mark.parametrize("bad,error,message", BAD_DATA)
+def test_bad_data_are_refused_naming_the_argument(client, bad, error, message):
+    params, x, y = problem()
+    data = bad(da.from_array(x, chunks=500), da.from_array(y, chunks=500))
+    for make in (lambda: mjd.dataset_loss(logistic, *data),
+                 lambda: mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, *data)):
+        with pytest.raises(error, match=message):
+            make()
+
+
+def test_data_chunked_along_the_columns_give_the_single_process_result(client):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(UNEVEN, (2, 3))), da.from_array(y, chunks=250))
+    assert_single_process_result(loss(params), logistic, params, x, y)
+
+
+@pytest.mark.parametrize("bad,message", [
+    (lambda p: {"w": p["w"].astype(np.int64), "b": p["b"]}, r"params\['w'\] is differentiated but is a int64 array"),
+    (lambda p: {"w": p["w"], "b": 0.3}, r"params\['b'\] is differentiated but is a float"),
+    (lambda p: {"w": np.ma.masked_array(p["w"]), "b": p["b"]}, r"params\['w'\] is a numpy.ma"),
+])
+def test_bad_parameters_are_refused_on_the_client_naming_the_leaf(client, bad, message):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=500), da.from_array(y, chunks=500))
+    for call in (loss, loss.scipy_objective):
+        with pytest.raises(mj.DtypeError, match=message):
+            call(bad(params))
+    assert loss.fallbacks == 0                            # refused before any worker was asked
+
+
+def outcome_within(seconds, fn, *args):
+    """``("result", value)`` or ``("error", exception)`` of ``fn(*args)``, run in a thread that
+    must end within ``seconds`` (it does not hang)."""
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(("result", fn(*args)))
+        except BaseException as error:   # noqa: B036 (what the call raised, whatever it is)
+            outcome.append(("error", error))
+
+    caller = threading.Thread(target=run, daemon=True)
+    caller.start()
+    caller.join(seconds)
+    assert not caller.is_alive(), f"the call did not end within {seconds} s"
+    return outcome[0]
+
+
+class TwoArgumentError(Exception):
+    """Pickles, but cannot be unpickled: its one argument, the message, does not fit ``__init__``."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a} and {b}")
+
+
+class UnpicklableError(Exception):
+    def __reduce__(self):
+        raise TypeError("this error does not pickle")
+
+
+FAULTS = {"StopIteration": StopIteration, "StopAsyncIteration": StopAsyncIteration,
+          "SystemExit": lambda: SystemExit(3), "GeneratorExit": GeneratorExit,
+          "TwoArgumentError": lambda: TwoArgumentError(1, 2), "UnpicklableError": lambda: UnpicklableError("x")}
+
+
+def faulty_chunk_part(name, original):
+    def chunk_part(*args):
+        raise FAULTS[name]()
+    return chunk_part
+
+
+def faulty_compiled_loss(name, original):
+    """A compiled loss that raises on the last, shorter, piece of a chunk (after the others)."""
+    def compiled_loss(shipped):
+        loss = original(shipped)
+
+        def call(params, *piece):
+            if len(piece[0]) < 64:
+                raise FAULTS[name]()
+            return loss(params, *piece)
+        return call
+    return compiled_loss
+
+
+FAULTY = {"chunk_part": faulty_chunk_part, "compiled_loss": faulty_compiled_loss}
+
+
+def inject_fault(where, name):
+    """On a worker: the worker code's function ``where`` raises the fault ``name``; None puts
+    the original back."""
+    original = vars(mjw).setdefault(f"{where}_without_fault", getattr(mjw, where))
+    setattr(mjw, where, original if name is None else FAULTY[where](name, original))
+
+
+@pytest.fixture
+def faulty_workers(two_workers):
+    """``inject(where, name)`` makes every worker's ``where`` raise; the workers are mended after."""
+    yield lambda where, name: two_workers.run(inject_fault, where, name)
+    for where in FAULTY:
+        two_workers.run(inject_fault, where, None)
+
+
+def assert_worker_error(outcome, fault, where):
+    """``outcome`` is a ``WorkerError`` telling the fault and the function that raised it."""
+    kind, error = outcome
+    assert kind == "error" and isinstance(error, mjd.WorkerError), error
+    assert f".{fault}" in str(error) and "raised on a worker at " in str(error) and f"in {where}" in str(error)
+
+
+def assert_fault_raised(outcome, fault, where):
+    """``outcome`` is the fault itself, or a ``WorkerError`` telling it (a task's error that
+    Dask brings back as it is comes back so)."""
+    kind, error = outcome
+    assert kind == "error", error
+    if type(error).__name__ != fault:
+        assert_worker_error(outcome, fault, where)
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_fault_in_the_worker_code_ends_every_call_with_an_error(faulty_workers, fault):
+    """An actor's ``StopIteration`` could not be set on the worker's asyncio future and an error
+    that does not survive pickling was lost with the reply: the call never returned. A
+    ``BaseException`` escaped the worker's handlers (a task's killed its worker)."""
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250))
+    loss(params)                                          # the actors are made and answer
+    faulty_workers("chunk_part", fault)
+    assert_worker_error(outcome_within(120, lambda: loss.residents()[0].part(params).result()), fault, "chunk_part")
+    assert_fault_raised(outcome_within(120, loss, params), fault, "chunk_part")   # actors, then tasks
+    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y))
+    assert_fault_raised(outcome_within(120, trainer.step), fault, "chunk_part")
+
+
+def test_a_stop_iteration_on_a_later_piece_is_an_error_not_the_end_of_the_sum(faulty_workers):
+    """The pieces' parts were summed as ``map`` gave them: a ``StopIteration`` raised by the
+    last piece ended the map, and the chunk's sum silently missed that piece."""
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=(UNEVEN, 5)), da.from_array(y, chunks=250),
+                            rows_per_call=64)
+    faulty_workers("compiled_loss", "StopIteration")
+    assert_worker_error(outcome_within(120, loss, params), "StopIteration", "call")
+
+
+def stops_iterating(params, x, y):
+    raise StopIteration
+
+
+def test_a_loss_raising_stop_iteration_ends_the_call_with_its_line(client):
+    params, x, y = problem()
+    loss = mjd.dataset_loss(stops_iterating, da.from_array(x, chunks=500), da.from_array(y, chunks=500))
+    kind, error = outcome_within(120, loss, params)
+    assert kind == "error" and isinstance(error, mjd.WorkerError), error
+    line = stops_iterating.__code__.co_firstlineno + 1
+    assert f"builtins.StopIteration (raised on a worker at {__file__}:{line} in stops_iterating: raise " \
+           f"StopIteration;" in str(error)
+
+
+# ---------------------------------------------------------------------------------------------
 # Data-parallel training
 
 def single_process(fn, optimizer, params, batches):
@@ -490,3 +770,109 @@ def test_a_worker_that_cannot_import_the_loss_says_what_to_do(client):
         del sys.modules[module.__name__]
     with pytest.raises(ModuleNotFoundError, match="cannot import 'module_only_the_client_has'.*register_pickle_by_value"):
         client.submit(mjw.compiled_loss, shipped).result()
+
+
+
+
+
+def diverging(params, x, y):
+    """NaN from the first step: the square root of negative numbers, and its gradient."""
+    return mj.mean(mj.sqrt(x @ params["w"] + params["b"] - 100.0))
+
+
+def test_a_diverging_run_keeps_its_nan_parameters_readable(client):
+    """NaN != NaN: the replica check compared values, so NaN parameters (identical bits on every
+    replica) made params, state and every checkpoint raise."""
+    params, x, y = problem()
+    optimizer = mj.optim.sgd(0.1, momentum=0.9)
+    trainer = mjd.data_parallel(diverging, optimizer, params, da.from_array(x), da.from_array(y), shards=2,
+                                checkpoint_every=1)
+    losses = trainer.run(2)                                   # a checkpoint after each step
+    expected, expected_losses = single_process(diverging, optimizer, params, concatenated_minibatches(trainer, x, y, 2))
+    assert np.isnan(losses).all() and np.isnan(expected_losses).all()
+    assert np.isnan(trainer.params["w"]).all()
+    for k in expected:
+        np.testing.assert_array_equal(trainer.params[k], expected[k])      # NaN where NaN
+    np.testing.assert_array_equal(trainer.state["momentum"]["w"], np.full(5, np.nan))
+    trainer.checkpoint()
+
+
+def replace_replica(client, trainer, r, change):
+    """Replica ``r`` of ``trainer`` with ``change(params, slots)`` applied to a copy of it."""
+    leaves, slots, step = trainer.replicas[r].result()
+    leaves, slots = [a.copy() for a in leaves], {name: [a.copy() for a in arrays] for name, arrays in slots.items()}
+    change(leaves, slots)
+    trainer.replicas[r] = client.submit(mjw.identity, (leaves, slots, step), pure=False)
+
+
+@pytest.mark.parametrize("change,differs", [
+    (lambda leaves, slots: leaves[0].__setitem__((), 0.0), None),          # the same bits
+    (lambda leaves, slots: leaves[0].__setitem__((), -0.0), r"params\['b'\] has other bits"),
+    (lambda leaves, slots: leaves[1].__setitem__(2, np.nan), None),
+    (lambda leaves, slots: slots["momentum"][1].__setitem__(2, -np.nan), r"the momentum slot of params\['w'\] has other bits"),
+])
+def test_replicas_are_compared_bit_for_bit(client, change, differs):
+    """Replica 1 made like replica 0 but for ``change``: the same bits (NaN included) pass, other
+    bits (-0.0 against 0.0, NaN of another sign) are an error naming the array."""
+    params, x, y = problem()
+    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1, momentum=0.9), params, da.from_array(x), da.from_array(y),
+                                shards=2)
+    trainer.step()
+    replace_replica(client, trainer, 0, lambda leaves, slots: (leaves[0].__setitem__((), 0.0),
+                                                              leaves[1].__setitem__(2, np.nan),
+                                                              slots["momentum"][1].__setitem__(2, np.nan)))
+    replace_replica(client, trainer, 1, lambda leaves, slots: (leaves[0].__setitem__((), 0.0),
+                                                              leaves[1].__setitem__(2, np.nan),
+                                                              slots["momentum"][1].__setitem__(2, np.nan),
+                                                              change(leaves, slots)))
+    if differs is None:
+        assert trainer.params["b"] == 0.0 and np.isnan(trainer.params["w"][2])
+        trainer.checkpoint()
+    else:
+        for read in (lambda: trainer.params, lambda: trainer.state, trainer.checkpoint):
+            with pytest.raises(RuntimeError, match=f"replica 1 differs from replica 0 after step 1: {differs}"):
+                read()
+
+
+BAD_DATA_PARALLEL_ARGUMENTS = [
+    (dict(batch_size=0), ValueError, "batch_size must be None or an integer >= 1, got 0"),
+    (dict(batch_size=-5), ValueError, "batch_size .* got -5"),
+    (dict(batch_size=2.5), ValueError, "batch_size .* got 2.5"),
+    (dict(seed=-1), ValueError, "seed must be an integer >= 0, got -1"),
+    (dict(seed=0.5), ValueError, "seed must be an integer >= 0, got 0.5"),
+    (dict(shards=0), ValueError, r"shards must be an integer from 1 to the number of rows \(1003\), got 0"),
+    (dict(shards=True), ValueError, "shards must be an integer .* got True"),
+    (dict(shards=1004), ValueError, "shards must be an integer .* got 1004"),
+    (dict(local_steps=True), ValueError, "local_steps must be an integer >= 1, got True"),
+    (dict(checkpoint_every=0), ValueError, "checkpoint_every must be an integer >= 1, got 0"),
+    (dict(client=object()), TypeError, "client must be a distributed.Client.* got a object"),
+]
+
+
+@pytest.mark.parametrize("options,error,message", BAD_DATA_PARALLEL_ARGUMENTS)
+def test_bad_options_of_data_parallel_are_refused_naming_them(client, options, error, message):
+    params, x, y = problem()
+    with pytest.raises(error, match=message):
+        mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y), **options)
+
+
+def test_integer_options_may_be_numpy_integers(client):
+    params, x, y = problem()
+    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y),
+                                batch_size=np.int64(64), shards=np.int32(3), seed=np.uint8(2))
+    assert len(trainer.run(np.int64(2))) == 2 and trainer.shard_rows == (335, 334, 334)
+
+
+def test_bad_parameters_and_steps_of_data_parallel_are_refused(client):
+    params, x, y = problem()
+    with pytest.raises(mj.DtypeError, match=r"params\['w'\] is differentiated but is a int64 array"):
+        mjd.data_parallel(logistic, mj.optim.sgd(0.1), {"w": np.zeros(5, np.int64), "b": 0.0}, da.from_array(x),
+                          da.from_array(y))
+    with pytest.raises(mj.DtypeError, match=r"params\['w'\] is a numpy.ma"):
+        mjd.data_parallel(logistic, mj.optim.sgd(0.1), {"w": np.ma.masked_array(params["w"]), "b": 0.0},
+                          da.from_array(x), da.from_array(y))
+    trainer = mjd.data_parallel(logistic, mj.optim.sgd(0.1), params, da.from_array(x), da.from_array(y))
+    for steps in (-1, 1.5, "2"):
+        with pytest.raises(ValueError, match=f"steps must be an integer >= 0, got {steps!r}"):
+            trainer.run(steps)
+    assert trainer.run(0) == [] and trainer.step_count == 0

@@ -304,3 +304,31 @@ def test_a_failed_compilation_ends_its_status(monkeypatch, fast_status):
         loss(np.ones(3))
     assert "morphjit: compiling '<lambda>' failed after" in tty.getvalue()
     assert not [t for t in threading.enumerate() if t.name == "morphjit-status"]
+
+
+@pytest.mark.parametrize("make", [np.random.default_rng, np.random.RandomState])
+def test_inspecting_a_step_draws_nothing_from_the_users_generator(make):
+    """explain (which runs a step not yet run), the programs, the source, the reports and the
+    traces of a loss taking a generator leave the generator as it was: a run with them in the
+    middle gives the values of a run without them."""
+    def noisy(w, x, rng):
+        return mj.sum((w * x + rng.standard_normal(x.shape)) ** 2)
+    w, x = np.ones(3), np.ones((5, 3))
+    plain, rng = mj.compile_loss(noisy), make(0)
+    want = [plain(w, x, rng)[0] for _ in range(3)]
+    inspected, rng = mj.compile_loss(noisy), make(0)
+
+    def inspect():
+        inspected.explain(w, x, rng)
+        inspected.program(w, x, rng), inspected.source(w, x, rng), inspected.step_for(w, x, rng)
+        inspected.cache_info(), repr(inspected), mj.grad_program(noisy, w, x, rng), mj.trace(noisy, w, x, rng)
+        mj.hvp(noisy).explain(w, np.ones(3), x, rng), mj.hessian(noisy).explain(w, x, rng)
+        mj.compile_loss(noisy, backend="interp").explain(w, x, rng)
+    inspect()    # before the first call, which explain compiles and runs
+    got = [inspected(w, x, rng)[0]]
+    inspect()
+    got += [inspected(w, x, rng)[0], inspected(w, x, rng)[0]]
+    assert got == want
+    generator, unchanged = make(1), make(1)
+    mj.compile_loss(noisy).explain(w, x, generator)
+    assert generator.standard_normal() == unchanged.standard_normal()

@@ -18,6 +18,7 @@ import pytest
 
 import morphjit as mj
 from morphjit import array_api as A
+from morphjit import draw_checks as checks
 from morphjit.custom import is_user_op
 from morphjit.linalg_ops import apply
 from morphjit.ops import OPS
@@ -129,11 +130,11 @@ for _shape in [(), (2, 3)]:
         case(_op, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], f"{_name}-{_s}", domain="pos", ag_rtol=1e-7)
         case(_op, lambda ns, x, f=_name: getattr(ns, f)(-x - 0.5), [_shape], f"{_name}-negative-{_s}",
              inputs=_uniform(0.1, 0.4, _shape), ag_rtol=1e-7)
-    for _op, _name in [("erfinv", "erfinv"), ("log", "logit"), ("log", "entr")]:
+    for _op, _name in [("erfinv", "erfinv"), ("log", "logit"), ("entr", "entr")]:
         case(_op, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], f"{_name}-{_s}", inputs=_uniform(0.05, 0.95, _shape))
     case("erfinv", lambda ns, x: ns.erfinv(x), [_shape], f"erfinv-tails-{_s}", inputs=_uniform(-0.999, 0.999, _shape),
          ag_rtol=1e-7)
-    for _op, _name in [("log", "xlogy"), ("log1p", "xlog1py")]:
+    for _op, _name in [("xlogy", "xlogy"), ("xlog1py", "xlog1py")]:
         case(_op, lambda ns, x, y, f=_name: getattr(ns, f)(x, y), [_shape, _shape], f"{_name}-{_s}", domain="pos")
 case("erfc", lambda ns, x: ns.log_ndtr(x * 30.0), [(2, 3)], "log_ndtr-tails", inputs=_uniform(-1.0, 0.2, (2, 3)),
      ag_rtol=1e-5)
@@ -301,6 +302,8 @@ for _name, _fn in [("rows", lambda ns, x: x[_DUP]), ("cols", lambda ns, x: x[:, 
          _name)
 case("gather", lambda ns, a, b: ns.choose(_DUP[:4] % 2, [a, b]) if ns is mj else
      ns.where(_DUP[:4] % 2 == 1, b, a), [(3, 4), (4,)], "choose")
+case("check_parameter", lambda ns, x: (checks.checked(x, "rng.normal", "scale", checks.NON_NEGATIVE) if ns is mj
+                                       else x) * x, [(2, 3)], "scale", domain="pos")
 case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
                                    else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
 

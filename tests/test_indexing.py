@@ -157,8 +157,43 @@ def test_a_traced_scalar_index_out_of_range_raises(backend):
     compiled = mj.compile_loss(lambda E, i: mj.sum(E[i:i + 2] ** 2), backend=backend)
     E = np.ones((5, 2))
     assert compiled(E, 3)[0] == 4.0
-    with pytest.raises(IndexError, match="computed indices .* got 5"):
+    with pytest.raises(IndexError, match=r"slice with traced bounds \(at test_indexing.py:\d+\), of 2 elements, "
+                                         r"lacks its element 1 .* axis of 5"):
         compiled(E, 4)
+
+
+TRACED_SLICES = {   # (key of the traced start t, of a (6, 3) array) -> the same slice of NumPy
+    "x[t:t + 2]": lambda x, t: x[t:t + 2],
+    "x[t:t + 5:2]": lambda x, t: x[t:t + 5:2],
+    "x[t - 1:t + 2:3]": lambda x, t: x[t - 1:t + 2:3],
+    "x[:, t:t + 1]": lambda x, t: x[:, t:t + 1],
+    "x[2 * t:2 * t + 3]": lambda x, t: x[2 * t:2 * t + 3],
+    "x[t:t] (empty)": lambda x, t: x[t:t],
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(TRACED_SLICES))
+def test_slices_with_traced_bounds_follow_numpy_or_raise(name, backend):
+    """Over every start from before the axis to past its end (bounds of both signs, mixed ones
+    included): NumPy's values and gradients where NumPy's slice has the traced length, else an
+    IndexError naming the slice, never other rows."""
+    key = TRACED_SLICES[name]
+    x = np.random.default_rng(7).normal(size=(6, 3))
+    compiled = mj.compile_loss(lambda x, t: np.sum(np.tanh(key(x, t)) * 1.5), backend=backend)
+    traced = key(x, 1).shape   # the length of range(0, stop - start, step), as traced
+    for t in range(-10, 10):
+        picked = key(x, t)
+        if picked.shape != traced:
+            with pytest.raises(IndexError, match=r"slice with traced bounds .* lacks its element"):
+                compiled(x, t)
+            continue
+        expected_grad = np.zeros_like(x)
+        np.add.at(expected_grad, (key(np.arange(x.size).reshape(x.shape), t) // 3, key(np.arange(x.size).reshape(x.shape), t) % 3),
+                  1.5 * (1 - np.tanh(picked) ** 2))
+        value, grad = compiled(x, t)
+        np.testing.assert_allclose(value, np.sum(np.tanh(picked) * 1.5), rtol=1e-12, err_msg=f"t={t}")
+        np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, atol=1e-15, err_msg=f"t={t}")
 
 
 def test_float_index_arguments_and_masks_of_the_wrong_shape_are_refused():
@@ -173,6 +208,9 @@ def test_float_index_arguments_and_masks_of_the_wrong_shape_are_refused():
 def test_a_slice_whose_extent_depends_on_traced_values_is_refused():
     with pytest.raises(mj.UnsupportedError, match=r"x\[i \* n:\(i \+ 1\) \* n\]"):
         mj.trace(lambda E, i: E[i:2 * i], np.ones((5, 2)), 1)
+    # NumPy's x[t + 2:t] is empty, or 4 rows at t = -2 (x[0:-2])
+    with pytest.raises(mj.UnsupportedError, match=r"stop - start at least 0"):
+        mj.trace(lambda E, i: E[i + 2:i], np.ones((6, 2)), 1)
 
 
 def test_the_plan_interpreter_runs_every_form_like_the_reference():

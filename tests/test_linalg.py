@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.linalg as sl
 
 import morphjit as mj
 from morphjit import linalg as la
@@ -27,6 +28,12 @@ def spd(x):
     """An SPD matrix (stack) from a free one: perturbing ``x`` keeps it SPD."""
     n = x.shape[-1]
     return x @ np.swapaxes(x, -1, -2) / n + np.eye(n, dtype=x.dtype)
+
+
+def read_from_lower(g):
+    """The gradient of a function of a symmetric matrix ``g`` (its own gradient, symmetric) as a
+    function of the lower triangle the matrix is read from, as cholesky reads it."""
+    return np.tril(g + g.T, -1) + np.diag(np.diag(g))
 
 
 def everything(x, y):
@@ -140,7 +147,8 @@ def test_cholesky_gradients_hold_over_a_spread_of_condition_numbers(condition):
     _, (gk, gy) = mj.compile_loss(nll, argnums=(0, 1), backend="interp")(k, y)
     kinv = np.linalg.inv(k)
     alpha = kinv @ y
-    np.testing.assert_allclose(gk, -0.5 * np.outer(alpha, alpha) + kinv, rtol=1e-7 * condition, atol=1e-9)
+    np.testing.assert_allclose(gk, read_from_lower(-0.5 * np.outer(alpha, alpha) + kinv), rtol=1e-7 * condition,
+                               atol=1e-9)
     np.testing.assert_allclose(gy, alpha, rtol=1e-7 * condition)
 
 
@@ -162,7 +170,8 @@ def test_gradients_through_the_inverse_hold_over_a_spread_of_condition_numbers(b
         _, (gk, gy) = step(k, y)
         kinv = np.linalg.inv(k)
         alpha = kinv @ y
-        np.testing.assert_allclose(gk, 0.5 * (kinv - np.outer(alpha, alpha)), rtol=1e-7 * condition, atol=1e-9)
+        np.testing.assert_allclose(gk, read_from_lower(0.5 * (kinv - np.outer(alpha, alpha))), rtol=1e-7 * condition,
+                                   atol=1e-9)
         np.testing.assert_allclose(gy, alpha, rtol=1e-7 * condition)
 
 
@@ -271,3 +280,83 @@ def test_cholesky_takes_scipys_lower_and_refuses_a_contradiction():
     np.testing.assert_allclose(la.cholesky(k, lower=False), np.linalg.cholesky(k).T)
     with pytest.raises(ValueError, match="contradict"):
         la.cholesky(k, upper=True, lower=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions that read one triangle of a matrix: on a matrix that is not symmetric, NumPy's and
+# SciPy's values, and the gradient of what they read (the other triangle gets none), against
+# central differences in random directions that are not symmetric either.
+
+def _lower_symmetric(a):
+    return np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
+
+
+TRIANGLE_READERS = {  # name: (the triangle read, mj function of (a, b), NumPy/SciPy reference)
+    "np.linalg.cholesky": ("L", lambda a, b: np.linalg.cholesky(a), lambda a, b: np.linalg.cholesky(a)),
+    "np.linalg.cholesky(upper=True)": ("U", lambda a, b: np.linalg.cholesky(a, upper=True),
+                                       lambda a, b: np.linalg.cholesky(a, upper=True)),
+    "cholesky(lower=True)": ("L", lambda a, b: la.cholesky(a, lower=True), lambda a, b: sl.cholesky(a, lower=True)),
+    "cholesky(lower=False)": ("U", lambda a, b: la.cholesky(a, lower=False), lambda a, b: sl.cholesky(a, lower=False)),
+    "eigvalsh": ("L", lambda a, b: np.linalg.eigvalsh(a), lambda a, b: np.linalg.eigvalsh(a)),
+    "eigvalsh(UPLO='U')": ("U", lambda a, b: np.linalg.eigvalsh(a, UPLO="U"), lambda a, b: np.linalg.eigvalsh(a, "U")),
+    "eigh": ("L", lambda a, b: _eigh_terms(np, a, "L"), lambda a, b: _eigh_terms(np, a, "L")),
+    "eigh(UPLO='U')": ("U", lambda a, b: _eigh_terms(np, a, "U"), lambda a, b: _eigh_terms(np, a, "U")),
+    "cho_solve(cho_factor(lower=True))": ("L", lambda a, b: la.cho_solve(la.cho_factor(a, lower=True), b),
+                                          lambda a, b: sl.cho_solve(sl.cho_factor(a, lower=True), b)),
+    "cho_solve(cho_factor(lower=False))": ("U", lambda a, b: la.cho_solve(la.cho_factor(a, lower=False), b),
+                                           lambda a, b: sl.cho_solve(sl.cho_factor(a, lower=False), b)),
+    "cho_solve((cholesky, True))": ("L", lambda a, b: la.cho_solve((np.linalg.cholesky(a), True), b),
+                                    lambda a, b: sl.cho_solve((np.linalg.cholesky(a), True), b)),
+    "log-determinant from the factor": ("L", lambda a, b: np.sum(np.log(np.diagonal(np.linalg.cholesky(a)))),
+                                        lambda a, b: np.sum(np.log(np.diagonal(np.linalg.cholesky(a))))),
+    # slogdet of a matrix the function factored reads the factor: the lower triangle (README).
+    "slogdet after cholesky": ("L", lambda a, b: _slogdet_after_cholesky(a),
+                               lambda a, b: np.linalg.slogdet(_lower_symmetric(a))[1]),
+    "solve_triangular(lower=True)": ("L", lambda a, b: la.solve_triangular(a, b, lower=True),
+                                     lambda a, b: sl.solve_triangular(a, b, lower=True)),
+    "solve_triangular(lower=False, trans=1)": ("U", lambda a, b: la.solve_triangular(a, b, lower=False, trans=1),
+                                               lambda a, b: sl.solve_triangular(a, b, lower=False, trans=1)),
+    "triangular_matmul(lower=True, trans=True)": ("L", lambda a, b: la.triangular_matmul(a, b, lower=True, trans=True),
+                                                  lambda a, b: np.tril(a).T @ b),
+    "triangular_inverse(lower=False)": ("U", lambda a, b: la.triangular_inverse(a, lower=False),
+                                        lambda a, b: np.linalg.inv(np.triu(a))),
+}
+
+
+def _slogdet_after_cholesky(a):
+    np.linalg.cholesky(a)
+    return np.linalg.slogdet(a)[1]
+
+
+def _eigh_terms(ns, a, uplo):
+    """Eigenvalues and the squares of the eigenvectors (free of their signs)."""
+    w, v = ns.linalg.eigh(a, UPLO=uplo)
+    return ns.concatenate([w[None, :], v * v], axis=0)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_functions_reading_one_triangle_have_the_gradient_of_that_triangle(backend):
+    rng = np.random.default_rng(11)
+    n = 4
+    a = spd(rng.standard_normal((n, n))) + 0.3 * rng.standard_normal((n, n))   # not symmetric
+    b = rng.standard_normal((n, 2))
+    names = list(TRIANGLE_READERS)
+    weights = {name: rng.standard_normal(np.shape(TRIANGLE_READERS[name][2](a, b))) for name in names}
+
+    def loss(matrices, b):   # each function its own copy of the matrix, and so its own gradient
+        values = [TRIANGLE_READERS[name][1](m, b) for name, m in zip(names, matrices)]
+        return sum(np.sum(v * weights[name]) for name, v in zip(names, values)), values
+
+    (_, values), (grads,) = mj.compile_loss(loss, argnums=(0,), has_aux=True, backend=backend)([a] * len(names), b)
+    for name, value, grad in zip(names, values, grads):
+        triangle, _, reference = TRIANGLE_READERS[name]
+        np.testing.assert_allclose(value, reference(a, b), rtol=1e-10, atol=1e-12, err_msg=name)
+        unread = np.triu(grad, 1) if triangle == "L" else np.tril(grad, -1)
+        assert not unread.any(), f"{name}: a gradient in the triangle it does not read\n{grad}"
+        check_loss_grads_fd(lambda xs, name=name: np.sum(TRIANGLE_READERS[name][2](xs[0], b) * weights[name]),
+                            [a], [grad], rng=rng)
+
+
+def test_eigh_refuses_an_uplo_that_is_neither_triangle():
+    with pytest.raises(ValueError, match="UPLO must be 'L' or 'U'"):
+        mj.trace(lambda a: np.linalg.eigvalsh(a, UPLO="X"), np.eye(2))

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.special as sp
 
 import morphjit as mj
 from morphjit.custom import is_user_op
 from morphjit.ops import LINALG, OPS
 
+import limits
 import test_ops
 
 BACKENDS = ["numba", "interp"]
@@ -157,17 +159,17 @@ def test_every_op_has_the_same_nonfinite_gradients_on_both_backends(case):
 # Gradients at singular points: one answer on both backends (NaN, as in JAX and PyTorch)
 
 STD_AT_ZERO_SPREAD = {
-    "length-1 axis": (lambda w: mj.sum(mj.std(w, axis=1)), np.arange(4.0).reshape(4, 1)),
     "constant vector": (lambda w: mj.std(w), np.full(8, 2.5)),
     "constant rows": (lambda w: mj.sum(mj.std(w, axis=-1, keepdims=True)), np.full((4, 8), -1.0)),
-    "length-1 batch": (lambda w: mj.sum(mj.std(w, axis=0)), np.arange(3.0).reshape(1, 3)),
+    "constant columns": (lambda w: mj.sum(np.std(w, axis=0, ddof=1)), np.full((4, 2), 3.0)),
 }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(STD_AT_ZERO_SPREAD))
 def test_std_gradient_at_zero_spread_is_nan(name, backend):
-    """d std / dx = (x - mean) / (n std) is 0 / 0 where every value along the axis is equal."""
+    """d std / dx = (x - mean) / (n std) is 0 / 0 where the values along the axis (more than one)
+    are all equal: std is not differentiable there."""
     fn, w = STD_AT_ZERO_SPREAD[name]
     loss, grad = mj.compile_loss(fn, backend=backend)(w)
     assert loss == 0.0
@@ -192,9 +194,129 @@ def test_std_gradient_matches_finite_differences_where_defined(backend):
     check_loss_grads_fd(lambda xs: fn(xs[0]), [w], [grad], rng=rng)
 
 
+STD_OF_ONE_ELEMENT = {   # (the call on x, NumPy's or autograd's module, or None for the method), x's shape
+    "axis=1": (lambda ns, x: ns.std(x, axis=1), (4, 1)),
+    "keepdims": (lambda ns, x: ns.std(x, axis=-1, keepdims=True), (4, 1)),
+    "axis tuple": (lambda ns, x: ns.std(x, axis=(0, 1)), (1, 1, 3)),
+    "all of a (1,)": (lambda ns, x: ns.std(x), (1,)),
+    "0-d": (lambda ns, x: ns.std(x), ()),
+    "batch of one": (lambda ns, x: ns.std(x, axis=0), (1, 3)),
+    "ddof=-1": (lambda ns, x: ns.std(x, axis=1, ddof=-1), (4, 1)),
+    "method": (lambda ns, x: x.std(axis=1), (4, 1)),
+}
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_std_over_a_length_1_axis_turns_a_trained_parameter_into_nan(backend):
-    step = mj.train_step(lambda p: mj.sum(mj.std(p["w"], axis=1)), mj.optim.sgd(0.1), backend=backend)
+@pytest.mark.parametrize("name", list(STD_OF_ONE_ELEMENT))
+def test_std_over_one_element_is_zero_and_so_is_its_gradient(name, backend):
+    """The standard deviation of one element is 0 whatever it is: its gradient is 0 (autograd's),
+    and its value NumPy's (NaN where the element is not finite)."""
+    import autograd
+    import autograd.numpy as anp
+
+    call, shape = STD_OF_ONE_ELEMENT[name]
+    x = np.random.default_rng(5).normal(size=shape)
+    for ns in (np, mj):
+        loss = mj.compile_loss(lambda x: ns.sum(call(ns, x) * 1.5), backend=backend)
+        value, grad = loss(x)
+        assert value == 0.0
+        np.testing.assert_array_equal(grad, autograd.grad(lambda x: anp.sum(call(anp, x) * 1.5))(x))
+        assert not grad.any()
+    if x.size:
+        bad = np.full(shape, np.inf)
+        with np.errstate(invalid="ignore"):
+            assert np.isnan(mj.compile_loss(lambda x: np.sum(call(np, x)), backend=backend)(bad)[0])
+            assert np.isnan(np.sum(call(np, bad)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_of_one_element_without_a_degree_of_freedom_is_nan(backend):
+    """ddof=1 over one element: NumPy's NaN (0 / 0), a NaN gradient."""
+    value, grad = mj.compile_loss(lambda x: np.sum(np.std(x, axis=1, ddof=1)), backend=backend)(np.ones((3, 1)))
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        assert np.isnan(np.std(np.ones((3, 1)), axis=1, ddof=1)).all()
+    assert np.isnan(value) and np.isnan(grad).all()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_std_over_a_length_1_axis_leaves_a_trained_parameter_as_it_is(backend):
+    step = mj.train_step(lambda p: mj.sum(mj.std(p["w"], axis=1)) + mj.sum(p["w"] * 0.5), mj.optim.sgd(0.1),
+                         backend=backend)
     params = {"w": np.arange(3.0).reshape(3, 1)}
     step(params, step.init(params))
-    assert np.isnan(params["w"]).all()
+    np.testing.assert_array_equal(params["w"], np.arange(3.0).reshape(3, 1) - 0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# At +-inf and at the ends of their domains, SciPy's special functions and NumPy's ufuncs with a
+# limit there have the gradients that are the limits of their derivatives (tests/limits.py), as
+# JAX gives them: 0 where the function is flat at an infinity, not 0 * inf = NaN.
+
+INF = np.inf
+BOTH_INFINITIES = [(-INF, 0), (INF, 0)]
+UNARY_EDGES = {  # (point, approach): +1 from above, -1 from below, 0 for an infinity
+    sp.expit: BOTH_INFINITIES, sp.log_expit: BOTH_INFINITIES, sp.softplus: BOTH_INFINITIES, sp.erf: BOTH_INFINITIES,
+    sp.erfc: BOTH_INFINITIES, sp.ndtr: BOTH_INFINITIES, sp.log_ndtr: BOTH_INFINITIES,
+    sp.logit: [(0.0, 1), (1.0, -1)], sp.erfinv: [(-1.0, 1), (1.0, -1)],
+    sp.gammaln: [(0.0, 1), (-0.0, -1), (INF, 0)], sp.digamma: [(0.0, 1), (-0.0, -1), (INF, 0)], sp.psi: [(INF, 0)],
+    sp.entr: [(0.0, 1), (INF, 0), (-1.0, 0)],
+    np.exp: [(-INF, 0)], np.expm1: [(-INF, 0)], np.exp2: [(-INF, 0)], np.tanh: BOTH_INFINITIES,
+    np.arctan: BOTH_INFINITIES, np.arcsinh: BOTH_INFINITIES, np.sqrt: [(0.0, 1), (INF, 0)],
+    np.log: [(0.0, 1), (INF, 0)], np.log2: [(0.0, 1), (INF, 0)], np.log10: [(0.0, 1), (INF, 0)],
+    np.log1p: [(-1.0, 1), (INF, 0)], np.cbrt: [(0.0, 1), (-0.0, -1)] + BOTH_INFINITIES,
+    np.arcsin: [(-1.0, 1), (1.0, -1)], np.arccos: [(-1.0, 1), (1.0, -1)], np.arctanh: [(-1.0, 1), (1.0, -1)],
+    np.arccosh: [(1.0, 1), (INF, 0)], np.reciprocal: [(0.0, 1), (-0.0, -1)] + BOTH_INFINITIES,
+}
+BINARY_EDGES = {  # ((x, y), (approach of x, of y))
+    np.logaddexp: [((a, b), (0, 0)) for a, b in [(-INF, 1.0), (1.0, -INF), (INF, 1.0), (1.0, INF), (INF, -INF), (-INF, INF)]],
+    np.logaddexp2: [((a, b), (0, 0)) for a, b in [(-INF, 1.0), (1.0, -INF), (INF, 1.0), (1.0, INF), (INF, -INF)]],
+    np.hypot: [((a, b), (0, 0)) for a, b in [(INF, 1.0), (-INF, 1.0), (2.0, INF), (2.0, -INF)]],
+    np.arctan2: [((a, b), (0, 0)) for a, b in [(INF, 1.0), (-INF, 1.0), (1.0, INF), (1.0, -INF), (-1.0, -INF)]],
+    sp.xlogy: [((0.0, 2.0), (0, 0)), ((0.0, 2.0), (1, 0)), ((1.0, 0.0), (0, 1)), ((0.0, 0.0), (0, 1))],
+    sp.xlog1py: [((0.0, 1.0), (0, 0)), ((1.0, -1.0), (0, 1)), ((0.0, -1.0), (0, 1))],
+}
+GROUPS = {np.logaddexp: (0, 0), np.logaddexp2: (0, 0), np.hypot: (0, 0)}   # steps that follow the larger operand
+
+
+def _scipy_special_functions():
+    from morphjit.array_api import UFUNCS
+    return {f for f in UFUNCS if getattr(sp, f.__name__, None) is f} | {sp.softplus}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_special_functions_and_ufuncs_at_infinity_and_the_ends_of_their_domains(backend):
+    missing = _scipy_special_functions() - set(UNARY_EDGES) - set(BINARY_EDGES)
+    assert not missing, f"SciPy functions without edges here: {sorted(f.__name__ for f in missing)}"
+    cases = [(f, limits.edge((p,), (a,))) for f, edges in UNARY_EDGES.items() for p, a in edges]
+    cases += [(f, limits.edge(p, a, groups=GROUPS.get(f))) for f, edges in BINARY_EDGES.items() for p, a in edges]
+    arguments = [[np.array(p) for p in e.point] for _, e in cases]
+
+    def loss(arguments):
+        values = [f(*args) for (f, _), args in zip(cases, arguments)]
+        return sum(np.sum(v) for v in values), values
+
+    (_, values), grads = mj.compile_loss(loss, has_aux=True, backend=backend)(arguments)
+    failures = []
+    for (f, e), value, grad in zip(cases, values, grads):
+        with np.errstate(all="ignore"):
+            expected = f(*e.point)
+        if not np.allclose(value, expected, rtol=1e-12, atol=0, equal_nan=True):
+            failures.append(f"{f.__name__}{e.point}: value {value!r}, the reference's {expected!r}")
+        misses = limits.gradient_misses_limits(grad, limits.derivative_limits(f, e))
+        failures += [f"{f.__name__}{e.point} from {e.approach}: {m}" for m in misses]
+    assert not failures, "\n".join(failures)
+
+
+def test_the_edges_in_float32_have_the_float64_gradients():
+    cases = [(f, (p,)) for f, edges in UNARY_EDGES.items() for p, _ in edges]
+    cases += [(f, p) for f, edges in BINARY_EDGES.items() for p, _ in edges]
+
+    def loss(arguments):
+        return sum(np.sum(f(*args)) for (f, _), args in zip(cases, arguments))
+
+    grads = {dtype: mj.compile_loss(loss, backend="interp")([[np.array(v, dtype) for v in p] for _, p in cases])[1]
+             for dtype in (np.float32, np.float64)}
+    for (f, p), g32, g64 in zip(cases, grads[np.float32], grads[np.float64]):
+        for a, b in zip(g32, g64):
+            assert a.dtype == np.float32
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=f"{f.__name__}{p}")

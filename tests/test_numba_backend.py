@@ -3,7 +3,7 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
 from morphjit.custom import is_user_op
@@ -82,7 +82,7 @@ def test_every_op_agrees_with_reference(dtype):
     program = compiled.program(*every_op_args(dtype))
     used = {b.op for b in program.bindings} | {"matmul", "transpose", "broadcast_to", "fill"}
     used |= {name for name, op in OPS.items() if op.kind == LINALG}   # one program in test_linalg.py
-    used |= {"random"}   # drawn from a generator argument: test_random.py compares the backends
+    used |= {"random", "check_parameter"}   # a draw and the check of a traced parameter of one: test_random.py
     used |= {"window", "unwindow", "window_max"}                        # programs in test_conv.py
     assert set(OPS) - used - set(filter(is_user_op, OPS)) == set(), "an op is not exercised"
 
@@ -338,3 +338,136 @@ def test_short_rows_exponentiated_as_one_block_agree_with_numpy(dtype):
         np.testing.assert_allclose(value, expected, rtol=rtol)
         np.testing.assert_allclose(grad, x.T @ gz, rtol=rtol, atol=rtol * np.abs(x.T @ gz).max())
     assert "nest over [10*B]" in str(step.steps()[0].plan)
+
+
+# ---------------------------------------------------------------------------------------------
+# Constants (arrays the loss reads from a global or a closure) of every memory layout
+
+LAYOUTS = ("C", "F", "transposed", "negative", "steps", "broadcast")
+
+
+def laid_out(a: np.ndarray, layout: str) -> np.ndarray:
+    """An array equal to ``a`` (for "broadcast": to ``broadcastable(a)``) held in ``layout``: a
+    Fortran-ordered copy, a transposed view, a view with negative strides, a view taking every
+    other element of a larger array, a ``broadcast_to`` view with zero strides. A 0-d array is
+    a view into a larger one (an offset, no strides)."""
+    if a.ndim == 0:
+        return np.stack([a - 1, a])[1:].reshape(()) if layout != "C" else a.copy()
+    if layout == "F":
+        return np.asfortranarray(a)
+    if layout == "transposed":
+        return np.ascontiguousarray(a.transpose()).transpose()
+    if layout == "negative":
+        return np.flip(np.flip(a).copy())
+    if layout == "steps":
+        big = np.zeros(tuple(2 * n + 1 for n in a.shape), a.dtype)
+        big[tuple(slice(1, None, 2) for _ in a.shape)] = a
+        return big[tuple(slice(1, None, 2) for _ in a.shape)]
+    if layout == "broadcast":
+        return np.broadcast_to(broadcastable(a)[(slice(None),) * (a.ndim - 1) + (slice(0, 1),)], a.shape)
+    return a.copy()
+
+
+def broadcastable(a: np.ndarray) -> np.ndarray:
+    """``a`` with its last axis filled with its first column, so that a view with a zero stride
+    along it holds the same values."""
+    return np.broadcast_to(a[..., :1], a.shape).copy() if a.ndim else a
+
+
+def test_laid_out_arrays_are_what_they_say():
+    a = np.arange(24.0).reshape(2, 3, 4)
+    for layout in LAYOUTS:
+        b = laid_out(a, layout)
+        np.testing.assert_array_equal(b, broadcastable(a) if layout == "broadcast" else a)
+        assert b.flags.c_contiguous == (layout == "C"), layout
+    assert laid_out(a, "broadcast").strides[-1] == 0 and min(laid_out(a, "negative").strides) < 0
+    zero_d = laid_out(np.array(2.5), "steps")
+    assert zero_d.shape == () and zero_d == 2.5 and zero_d.base is not None
+
+
+CONTRACTIONS = {   # ns: NumPy for the compiled loss (dispatched on tracers), autograd.numpy for the oracle
+    "matmul .T": lambda ns, x, W: ns.sum((x @ W.T) ** 2),
+    "einsum": lambda ns, x, W: ns.sum(ns.einsum("bi,ji->bj", x, W) ** 2),
+    "inner": lambda ns, x, W: ns.sum(ns.inner(x, W) ** 2),
+    "tensordot": lambda ns, x, W: ns.sum(ns.tensordot(x, W, axes=([1], [1])) ** 2),
+    "dot .T": lambda ns, x, W: ns.sum(ns.dot(x, W.T) ** 2),
+    "matmul": lambda ns, x, W: ns.sum(ns.tanh(W @ x.T)),
+    "elementwise": lambda ns, x, W: ns.sum(x * W[:1] + ns.sin(W[1:2] * x)),
+}
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("name", sorted(CONTRACTIONS))
+def test_a_constant_of_any_layout_reads_as_numpy_does(name, layout, backend):
+    import autograd
+    import autograd.numpy as anp
+
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((5, 3))
+    W = laid_out(broadcastable(rng.standard_normal((4, 3))), layout)
+    fn = CONTRACTIONS[name]
+    value, grad = mj.compile_loss(lambda x: fn(np, x, W), backend=backend)(x)
+    np.testing.assert_allclose(value, fn(np, x, W), rtol=1e-12)
+    np.testing.assert_allclose(grad, autograd.grad(lambda x: fn(anp, x, W))(x), rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_permuted_fortran_zero_d_and_empty_constants(backend):
+    rng = np.random.default_rng(13)
+    T = rng.standard_normal((2, 3, 4))
+    permuted, fortran = T.transpose(2, 0, 1), np.asfortranarray(rng.standard_normal((4, 2, 3)))
+    scale, empty = laid_out(np.array(1.5), "steps"), np.asfortranarray(np.ones((0, 3)))
+
+    def loss(x):   # x: (4, 2, 3)
+        joined = np.concatenate([x.reshape(8, 3), empty, np.flip(x, 0).reshape(8, 3)])
+        return np.sum(x * permuted) * scale + np.sum(np.tanh(x + fortran)) + np.sum(joined[::3] ** 2)
+
+    x = rng.standard_normal((4, 2, 3))
+    value, grad = mj.compile_loss(loss, backend=backend)(x)
+    np.testing.assert_allclose(value, loss(x), rtol=1e-12)
+    joined_grad = np.zeros((16, 3))
+    joined_grad[::3] = 2 * np.concatenate([x.reshape(8, 3), np.flip(x, 0).reshape(8, 3)])[::3]
+    expected = permuted * scale + (1 - np.tanh(x + fortran) ** 2) + joined_grad[:8].reshape(x.shape) \
+        + np.flip(joined_grad[8:].reshape(x.shape), 0)
+    np.testing.assert_allclose(grad, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_a_program_whose_constants_are_not_c_contiguous_runs_right():
+    """A program not made by tracing (a pass, or by hand) may hold a constant in any layout: the
+    step reads it as NumPy does."""
+    from morphjit.pipeline import BACK, Build, run
+    from morphjit.runtime import NativeStep
+
+    rng = np.random.default_rng(14)
+    W, x = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))
+    joint = mj.grad_program(lambda x: np.sum((x @ W.T) ** 2), x)
+    [(var, value)] = joint.consts
+    for layout in ("F", "transposed", "negative", "steps"):
+        program = joint.replace(consts=((var, laid_out(value, layout)),))
+        build = run(BACK, Build(program=program, cache=False))
+        loss, grad = NativeStep(build.plan, build.kernel, build.arguments)(x)
+        np.testing.assert_allclose(loss, np.sum((x @ W.T) ** 2), rtol=1e-12)
+        np.testing.assert_allclose(grad, 2 * (x @ W.T) @ W, rtol=1e-12)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs(), st.data())
+def test_random_programs_read_constants_of_any_layout_as_arguments(example, data):
+    """The same program with its data passed as arguments and captured as constants laid out at
+    random (a 0-d scale and an empty array among them) gives the same value and gradients."""
+    fn, (params, arrays) = example
+    layouts = {k: data.draw(st.sampled_from(LAYOUTS), label=k) for k in sorted(arrays)}
+    arrays = {k: broadcastable(a) if layouts[k] == "broadcast" else a for k, a in arrays.items()}
+    extra = {"scale": np.array(0.75), "empty": np.ones((0, 2))}
+    consts = {k: laid_out(a, layouts.get(k, data.draw(st.sampled_from(LAYOUTS), label=k)))
+              for k, a in {**arrays, **extra}.items()}
+
+    def with_extras(params, data):
+        return fn(params, data) * data["scale"] + np.sum(np.concatenate([data["empty"], data["empty"]]) ** 2)
+
+    value, grads = mj.compile_loss(with_extras)(params, {**arrays, **extra})
+    const_value, const_grads = mj.compile_loss(lambda params: with_extras(params, consts))(params)
+    np.testing.assert_allclose(const_value, value, rtol=1e-10, atol=1e-12, err_msg=fn.source)
+    for k in grads:
+        np.testing.assert_allclose(const_grads[k], grads[k], rtol=1e-9, atol=1e-11, err_msg=fn.source)

@@ -322,6 +322,16 @@ def random_ref(seed, dist, dtype):
     return random_draws.draw(seed, 1, dist, DTYPES_BY_NAME[dtype], np.arange(12).reshape(3, 4))
 
 
+def check_parameter_make(rng, dt):
+    """A value and its mask of refused elements, none refused (a refused one raises: test_random.py)."""
+    x = values(rng, rand_shape(rng), dt)
+    return (x, np.zeros(x.shape, bool)), dict(what="rng.normal: scale < 0", error="ParameterValueError")
+
+
+def check_parameter(x, refused, what, error):
+    return array_api.bind("check_parameter", [x, refused], what=what, error=error)
+
+
 def one_hot_make(rng, dt):
     depth = int(rng.integers(1, 6))
     return (ints(rng, rand_shape(rng, 0, 2), dt, 0, depth),), dict(depth=depth, dtype=dt)
@@ -454,9 +464,9 @@ SPECIAL_UNARY = [
     ("digamma", mj.digamma, sp.digamma, "pos", 10), ("sigmoid", mj.expit, sp.expit, "any", 1),
     ("log", mj.logit, sp.logit, "unit", 10), ("log1p", mj.log_expit, sp.log_expit, "any", 10),
     ("log1p", mj.softplus, sp.softplus, "any", 10), ("erfc", mj.ndtr, sp.ndtr, "any", 10),
-    ("erfc", mj.log_ndtr, sp.log_ndtr, "any", 100), ("log", mj.entr, sp.entr, "any", 1),
+    ("erfc", mj.log_ndtr, sp.log_ndtr, "any", 100), ("entr", mj.entr, sp.entr, "any", 1),
 ]
-SPECIAL_BINARY = [("log", mj.xlogy, sp.xlogy), ("log1p", mj.xlog1py, sp.xlog1py)]
+SPECIAL_BINARY = [("xlogy", mj.xlogy, sp.xlogy), ("xlog1py", mj.xlog1py, sp.xlog1py)]
 # Reductions and scans (morphjit/numpy_reduce.py): (op, name, function(x, axis, keepdims), reference).
 REDUCTIONS = [
     ("prod", "prod", mj.prod, np.prod), ("min", "argmax", mj.argmax, np.argmax),
@@ -789,6 +799,8 @@ def _cases():
         Case("fill", "full_like-int", lambda x: mj.full_like(x, 7), lambda x: np.full_like(x, 7), int_make),
         Case("random", "normal", random_draw, random_ref, random_make("normal")),
         Case("random", "uniform", random_draw, random_ref, random_make("uniform")),
+        Case("check_parameter", "pass-through", check_parameter, lambda x, refused, what, error: x,
+             check_parameter_make),
         Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
              lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
         # Stable composites
@@ -1059,7 +1071,8 @@ def test_every_mj_array_function_has_a_case():
 LOWER_CASES = {
     "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
     "softmax_cross_entropy": sce_make("big"),
-    "erfinv": unary("unit"), "digamma": unary("any"),
+    "erfinv": unary("unit"), "digamma": unary("any"), "entr": unary("any"), "xlogy": nary("any", "pos"),
+    "xlog1py": nary("any", "pos"),
     "window_max": lambda rng, dt: ((values(rng, (2, 3, 5, 4), dt),), dict(shape=(2, 3, 4, 2, 2, 3),
                                                                           coeffs=stride_tricks.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
                                                                           axes=(4, 5))),

@@ -396,3 +396,239 @@ def test_a_step_loaded_from_the_disk_cache_draws_the_same_numbers(tmp_path):
     (first_loads, first), (second_loads, second) = (run.stdout.split(" ", 1) for run in runs)
     assert (first_loads, second_loads) == ("0", "1")
     assert first == second
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments checked as NumPy checks them: each case runs on NumPy's generator and on the traced
+# stand-in, and both raise the same kind of error or both draw an array of the same shape and dtype
+
+def draws_alike(method, argument, draw):
+    return pytest.param(method, argument, draw, id=f"{method}-{draw.__code__.co_firstlineno}")
+
+
+GENERATOR_CASES = [
+    draws_alike("normal", "size", lambda r: r.normal(np.zeros((4, 3)), 1.0, size=3)),
+    draws_alike("normal", "size", lambda r: r.normal(np.zeros((4, 3)), 1.0, size=(2, 4, 1))),
+    draws_alike("normal", None, lambda r: r.normal(np.zeros((4, 3)), 1.0, size=(4, 3))),
+    draws_alike("normal", None, lambda r: r.normal(np.zeros((1, 3)), 1.0, size=(4, 3))),
+    draws_alike("normal", None, lambda r: r.normal(np.zeros((4, 1)), np.ones(3), size=(2, 4, 3))),
+    draws_alike("normal", None, lambda r: r.normal(np.zeros(3), 1.0, size=(1, 3))),
+    draws_alike("normal", "scale", lambda r: r.normal(np.zeros(3), np.ones(4))),
+    draws_alike("normal", "scale", lambda r: r.normal(scale=-2)),
+    draws_alike("normal", "scale", lambda r: r.normal(scale=-0.0)),
+    draws_alike("normal", "scale", lambda r: r.normal(0.0, [1.0, -1.0], size=(3, 2))),
+    draws_alike("normal", None, lambda r: r.normal(0.0, np.nan, size=2)),
+    draws_alike("normal", "loc", lambda r: r.normal("a")),
+    draws_alike("normal", "size", lambda r: r.normal(size=2.0)),
+    draws_alike("uniform", "high - low", lambda r: r.uniform(2.0, 1.0)),
+    draws_alike("uniform", "high - low", lambda r: r.uniform(0.0, np.inf)),
+    draws_alike("uniform", "high - low", lambda r: r.uniform(np.nan, 1.0)),
+    draws_alike("uniform", "high - low", lambda r: r.uniform(np.zeros(2), [1.0, np.inf])),
+    draws_alike("uniform", None, lambda r: r.uniform(np.zeros(2), 1.0, size=(3, 2))),
+    draws_alike("uniform", "size", lambda r: r.uniform(0.0, np.ones(3), size=2)),
+    draws_alike("exponential", "scale", lambda r: r.exponential(-1.0)),
+    draws_alike("exponential", "scale", lambda r: r.exponential([1.0, -1.0])),
+    draws_alike("exponential", None, lambda r: r.exponential(np.ones(3), size=(2, 3))),
+    draws_alike("exponential", "size", lambda r: r.exponential(np.ones(3), size=(3, 2))),
+    draws_alike("binomial", "p", lambda r: r.binomial(1, 1.5)),
+    draws_alike("binomial", "p", lambda r: r.binomial(1, np.nan)),
+    draws_alike("binomial", "p", lambda r: r.binomial(1, [0.5, 2.0], size=2)),
+    draws_alike("binomial", "n", lambda r: r.binomial(-1, 0.5)),
+    draws_alike("binomial", None, lambda r: r.binomial(1, -0.0, size=3)),
+    draws_alike("binomial", None, lambda r: r.binomial(1.5, 0.5, size=3)),
+    draws_alike("binomial", None, lambda r: r.binomial(1, np.full(3, 0.5), size=(2, 3))),
+    draws_alike("binomial", "size", lambda r: r.binomial(1, np.full(3, 0.5), size=2)),
+    draws_alike("integers", "high", lambda r: r.integers(0, 2 ** 40, dtype=np.int32)),
+    draws_alike("integers", "low", lambda r: r.integers(-2 ** 63 - 1, 0)),
+    draws_alike("integers", "high", lambda r: r.integers(0, 2 ** 63 + 1)),
+    draws_alike("integers", "high", lambda r: r.integers(5, 5)),
+    draws_alike("integers", None, lambda r: r.integers(5, 5, endpoint=True)),
+    draws_alike("integers", "high", lambda r: r.integers(5, 4, endpoint=True)),
+    draws_alike("integers", "dtype", lambda r: r.integers(4, dtype=np.float64)),
+    draws_alike("integers", "high", lambda r: r.integers(3, dtype=bool)),
+    draws_alike("integers", None, lambda r: r.integers(2, size=4, dtype=bool)),
+    draws_alike("integers", None, lambda r: r.integers(-2 ** 31, 2 ** 31, size=4, dtype=np.int32)),
+    draws_alike("integers", None, lambda r: r.integers(2.7)),
+    draws_alike("integers", "size", lambda r: r.integers(0, 5, size=2.0)),
+    draws_alike("integers", "size", lambda r: r.integers(0, 5, size=(2, -1))),
+    draws_alike("random", "size", lambda r: r.random(2.0)),
+    draws_alike("random", "size", lambda r: r.random((2, 2.0))),
+    draws_alike("random", "size", lambda r: r.random(-1)),
+    draws_alike("random", "size", lambda r: r.random(True)),
+    draws_alike("random", None, lambda r: r.random(np.array(3))),
+    draws_alike("random", None, lambda r: r.random(np.array([2, 3]))),
+    draws_alike("random", None, lambda r: r.random(())),
+    draws_alike("random", "dtype", lambda r: r.random(3, dtype=np.int64)),
+    draws_alike("random", "dtype", lambda r: r.random(3, dtype=np.float16)),
+    draws_alike("standard_normal", "size", lambda r: r.standard_normal((2, -3))),
+    draws_alike("standard_normal", None, lambda r: r.standard_normal(3, dtype=np.float32)),
+    draws_alike("standard_exponential", "dtype", lambda r: r.standard_exponential(3, dtype=np.int64)),
+]
+
+RANDOM_STATE_CASES = [
+    draws_alike("rand", "2.0", lambda r: r.rand(2.0, 3)),
+    draws_alike("randn", "-1", lambda r: r.randn(-1)),
+    draws_alike("randn", None, lambda r: r.randn(np.int64(2), 3)),
+    draws_alike("randn", None, lambda r: r.randn()),
+    draws_alike("rand", "True", lambda r: r.rand(True)),
+    draws_alike("rand", "(2, 3)", lambda r: r.rand((2, 3))),
+    draws_alike("randint", "high", lambda r: r.randint(5, 5)),
+    draws_alike("randint", "high", lambda r: r.randint(0, 2 ** 40, dtype=np.int32)),
+    draws_alike("randint", "dtype", lambda r: r.randint(5, dtype=float)),
+    draws_alike("randint", "high", lambda r: r.randint(2.5, 2.7, 3)),
+    draws_alike("normal", "scale", lambda r: r.normal(0.0, -1.0)),
+    draws_alike("normal", "size", lambda r: r.normal(np.zeros((4, 3)), 1.0, size=3)),
+    draws_alike("uniform", None, lambda r: r.uniform(2.0, 1.0, size=3)),
+    draws_alike("uniform", "high - low", lambda r: r.uniform(0.0, np.inf)),
+    draws_alike("binomial", "p", lambda r: r.binomial(1, 1.5)),
+    draws_alike("exponential", "scale", lambda r: r.exponential(-0.0)),
+    draws_alike("random", "dtype", lambda r: r.random(3, dtype=np.float32)),
+    draws_alike("integers", "integers", lambda r: r.integers(3)),
+]
+
+
+def drawn(draw, generator):
+    """What ``draw(generator)`` gives inside a compiled function: the array, or the error."""
+    def traced(rng):
+        return draw(rng)
+    try:
+        return mj.compile(traced, backend="interp")(generator)
+    except Exception as error:
+        return error
+
+
+def assert_drawn_alike(method, argument, draw, generator):
+    try:
+        want = np.asarray(draw(copy.deepcopy(generator)))
+    except Exception as error:
+        want = error
+    got = drawn(draw, generator)
+    if not isinstance(want, Exception):
+        assert not isinstance(got, Exception), f"NumPy draws {want.shape}, the traced generator raised {got!r}"
+        assert (got.shape, got.dtype) == (want.shape, want.dtype)
+        return
+    numpy_kind = next(k for k in (ValueError, TypeError, OverflowError, AttributeError) if isinstance(want, k))
+    assert isinstance(got, numpy_kind), f"NumPy raised {want!r}, the traced generator gave {got!r}"
+    assert argument in str(got)
+    if isinstance(got, mj.MorphjitError):   # named by method, at the user's line
+        assert f"rng.{method}" in got.message
+        assert got.loc.lineno == draw.__code__.co_firstlineno
+
+
+@pytest.mark.parametrize("method, argument, draw", GENERATOR_CASES)
+def test_a_generators_draws_check_their_arguments_as_numpy_does(method, argument, draw):
+    assert_drawn_alike(method, argument, draw, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("method, argument, draw", RANDOM_STATE_CASES)
+def test_a_random_states_draws_check_their_arguments_as_numpy_does(method, argument, draw):
+    assert_drawn_alike(method, argument, draw, np.random.RandomState(0))
+
+
+def test_a_batch_of_means_gets_a_noise_row_each():
+    """``normal(mu, 1.0, size=mu.shape)``: one draw per element (the refused ``size=d`` would
+    have reused one row of noise across the batch)."""
+    def noisy_means(w, mu, rng):
+        return np.sum(w * rng.normal(mu, 1.0, size=mu.shape))
+    _, eps = mj.compile_loss(noisy_means)(np.zeros((64, 3)), np.zeros((64, 3)), np.random.default_rng(0))
+    assert len({tuple(row) for row in eps}) == 64
+    with pytest.raises(mj.ArgumentError, match=r"rng\.normal: size \(3,\) is not compatible"):
+        mj.compile_loss(lambda w, mu, rng: np.sum(w * rng.normal(mu, 1.0, size=3)))(
+            np.zeros(3), np.zeros((64, 3)), np.random.default_rng(0))
+
+
+# A traced parameter is checked by the compiled step each time it runs: what NumPy refuses raises
+# NumPy's error there, naming the method, the parameter and the line.
+RUN_TIME_CASES = [
+    ("rng.normal", "scale", lambda r, x: r.normal(0.0, x, size=(2, 3)), [1.0, -2.0, 1.0], [1.0, np.nan, 0.0]),
+    ("rng.normal", "scale", lambda r, x: r.normal(0.0, x, size=(2, 3)), [1.0, -0.0, 1.0], [1.0, np.inf, 0.0]),
+    ("rng.exponential", "scale", lambda r, x: r.exponential(x, size=(2, 3)), [1.0, 2.0, -1.0], [1.0, 2.0, 0.0]),
+    ("rng.binomial", "p", lambda r, x: r.binomial(1, x, size=(2, 3)), [0.5, 1.5, 0.0], [0.5, 1.0, 0.0]),
+    ("rng.binomial", "p", lambda r, x: r.binomial(1, x, size=(2, 3)), [0.5, np.nan, 0.0], [0.5, 1.0, -0.0]),
+    ("rng.uniform", "high - low", lambda r, x: r.uniform(x, 1.0, size=(2, 3)), [0.0, 2.0, 0.0], [0.0, 0.5, 1.0]),
+    ("rng.uniform", "high - low", lambda r, x: r.uniform(0.0, x, size=(2, 3)), [1.0, np.inf, 1.0], [1.0, 2.0, 0.0]),
+    ("rng.uniform", "high - low", lambda r, x: r.uniform(x, 1.0, size=(2, 3)), [0.0, np.nan, 0.0], [-1.0, 0.5, 0.9]),
+]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+@pytest.mark.parametrize("method, name, draw, refused, accepted", RUN_TIME_CASES)
+def test_a_traced_parameter_numpy_refuses_raises_numpys_error_when_the_step_runs(backend, method, name, draw,
+                                                                                refused, accepted):
+    def traced(x, rng):
+        return draw(rng, x)
+    step = mj.compile(traced, backend=backend)
+    with pytest.raises(Exception) as numpy_error:
+        draw(np.random.default_rng(0), np.array(refused))
+    with pytest.raises(type(numpy_error.value)) as caught:
+        step(np.array(refused), np.random.default_rng(0))
+    assert f"{method}: {name}" in str(caught.value)
+    assert f"test_random.py:{draw.__code__.co_firstlineno}" in str(caught.value)
+    want = draw(np.random.default_rng(0), np.array(accepted))
+    got = step(np.array(accepted), np.random.default_rng(0))
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))   # NaN where NumPy gives NaN
+
+
+def test_a_random_states_uniform_takes_high_below_low_traced_or_not():
+    def traced(x, rs):
+        return rs.uniform(x, 1.0, size=(2, 3))
+    got = mj.compile(traced, backend="interp")(np.array([0.0, 2.0, 0.0]), np.random.RandomState(0))
+    assert np.all((got[:, 1] <= 2.0) & (got[:, 1] > 1.0))
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_dropout_and_bernoulli_check_their_rate_and_p_traced_or_not(backend):
+    def dropped(x, rate, rng):
+        return mj.dropout(x, rate, rng)
+
+    def mask(p, rng):
+        return mj.random.bernoulli(rng, p, (4, 3))
+    x = np.ones((500, 4))
+    out = mj.compile(dropped, backend=backend)(x, 0.25, np.random.default_rng(0))
+    assert set(np.unique(out)) == {0.0, 1 / 0.75}
+    for rate in (1.0, -0.1, np.nan):
+        with pytest.raises(ValueError, match=r"mj\.dropout: rate must lie in \[0, 1\) \(at test_random\.py:\d+\)"):
+            mj.compile(dropped, backend=backend)(x, rate, np.random.default_rng(0))
+        with pytest.raises(mj.ArgumentError, match=r"mj\.dropout: rate must lie in \[0, 1\)"):
+            mj.dropout(x, rate, np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"mj\.random\.bernoulli: p < 0, p > 1 or p is NaN"):
+        mj.compile(mask, backend=backend)(np.array([0.5, 1.2, 0.0]), np.random.default_rng(0))
+    for p in (1.2, [0.5, np.nan]):
+        with pytest.raises(mj.ArgumentError, match=r"mj\.random\.bernoulli: p < 0, p > 1 or p is NaN"):
+            mj.random.bernoulli(np.random.default_rng(0), p, 2)
+    with pytest.raises(mj.ArgumentError, match=r"mj\.random\.bernoulli: size \(2,\) is not compatible"):
+        mj.random.bernoulli(np.random.default_rng(0), np.full((3, 2), 0.5), 2)
+
+
+# ---------------------------------------------------------------------------------------------
+# The seed of a call: 64 bits from every bit generator
+
+BIT_GENERATORS = [lambda seed, kind=kind: np.random.Generator(kind(seed)) for kind in
+                  (np.random.MT19937, np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)] + \
+                 [np.random.RandomState, lambda seed: np.random.RandomState(np.random.PCG64(seed))]
+BIT_GENERATOR_IDS = ["MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64", "RandomState", "RandomState-PCG64"]
+
+
+@pytest.mark.parametrize("make", BIT_GENERATORS, ids=BIT_GENERATOR_IDS)
+def test_the_seed_of_a_call_spans_64_bits_of_every_bit_generator(make):
+    generator = make(7)
+    seeds = np.array([mj.random.seed_of(generator)[0] for _ in range(256)]).view(np.uint64)
+    high = seeds >> np.uint64(32)
+    assert len(set(high.tolist())) > 250                    # the high 32 bits vary
+    bits = (seeds[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
+    assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 0.15)   # every one of the 64 bits is random
+    again = make(7)
+    np.testing.assert_array_equal([mj.random.seed_of(again)[0] for _ in range(256)], seeds.view(np.int64))
+
+
+@pytest.mark.parametrize("make", BIT_GENERATORS, ids=BIT_GENERATOR_IDS)
+def test_generators_seeded_alike_give_the_same_losses(make):
+    def loss(w, rng):
+        return np.sum(w * rng.standard_normal(8)) if hasattr(rng, "integers") else np.sum(w * rng.randn(8))
+    step = mj.compile_loss(loss, backend="interp")
+    w = np.ones(8)
+    first, second = make(3), make(3)
+    losses = [step(w, first)[0] for _ in range(3)]
+    assert losses == [step(w, second)[0] for _ in range(3)]
+    assert len(set(losses)) == 3

@@ -1,6 +1,8 @@
 """``mj.scipy_objective``: a loss over one flat float64 vector for ``scipy.optimize.minimize``."""
 from __future__ import annotations
 
+import copy
+
 import autograd
 import autograd.numpy as anp
 import numpy as np
@@ -116,3 +118,21 @@ def test_a_compiled_loss_with_aux_and_static_arguments_serves_scipy():
     np.testing.assert_allclose(grad, 2 * autograd.grad(ag_loss)(w, x, y), rtol=1e-11, atol=1e-14)
     np.testing.assert_allclose(f.hessp(w, p), 2 * autograd.hessian_vector_product(ag_loss)(w, x, y, p),
                                rtol=1e-10, atol=1e-13)
+
+
+def test_hess_of_a_noisy_loss_draws_one_noise_for_all_its_rows():
+    def noisy(params, x, rng):
+        return mj.mean(((x + rng.standard_normal(x.shape)) @ params["w"] + params["c"]) ** 4)
+    params, x = {"w": np.array([0.4, -0.7, 1.1]), "c": np.array(0.2)}, np.linspace(-1.0, 1.0, 24).reshape(8, 3)
+    step, seed = mj.compile_loss(noisy, backend="interp"), np.random.default_rng(2)
+    f = mj.scipy_objective(step, params, x, copy.deepcopy(seed))
+    hessian = f.hess(f.x0)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=0, atol=1e-13 * np.abs(hessian).max())
+    h, columns = 1e-5, []
+    for j in range(f.x0.size):
+        e = np.zeros_like(f.x0)
+        e[j] = h
+        gradients = [mj.scipy_objective(step, params, x, copy.deepcopy(seed)).fun(f.x0 + s * e)[1] for s in (1, -1)]
+        columns.append((gradients[0] - gradients[1]) / (2 * h))
+    reference = np.stack(columns, axis=1)
+    np.testing.assert_allclose(hessian, reference, rtol=0, atol=1e-7 * np.abs(reference).max())

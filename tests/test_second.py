@@ -8,6 +8,7 @@ differences of the (separately tested) gradient and against autograd's reverse o
 """
 from __future__ import annotations
 
+import copy
 import warnings
 import zlib
 
@@ -249,6 +250,41 @@ def test_hessian_refuses_a_large_parameter_count():
     hessian = mj.hessian(lambda w: mj.sum(w ** 4), backend="interp", max_parameters=3)
     np.testing.assert_allclose(hessian(np.arange(3.0)), np.diag(12 * np.arange(3.0) ** 2), rtol=1e-14)
     assert "pow" in str(hessian.explain(np.ones(3)))     # the report on the HVP step of each row
+
+
+def noisy_loss(p, x, rng):
+    """A loss whose noise enters its curvature: rows drawn with different noise would make its
+    Hessian non-symmetric."""
+    return mj.mean(((x + rng.standard_normal(x.shape)) @ p) ** 4)
+
+
+def gradient_differences(step, p, x, rng, h=1e-5):
+    """Central differences of the gradient of ``step``, each evaluation with a copy of ``rng``
+    (the same seed, so the same noise)."""
+    columns = []
+    for j in range(p.size):
+        e = np.zeros_like(p)
+        e[j] = h
+        plus, minus = step(p + e, x, copy.deepcopy(rng))[1], step(p - e, x, copy.deepcopy(rng))[1]
+        columns.append((plus - minus) / (2 * h))
+    return np.stack(columns, axis=1)
+
+
+@pytest.mark.parametrize("backend, make", [("interp", np.random.default_rng), ("interp", np.random.RandomState),
+                                           ("numba", np.random.default_rng)])
+def test_the_hessian_of_a_noisy_loss_is_that_of_one_draw_of_its_noise(backend, make):
+    p, x = np.array([0.4, -0.7, 1.1]), np.linspace(-1.0, 1.0, 24).reshape(8, 3)
+    rng = make(5)
+    before = copy.deepcopy(rng)
+    hessian = mj.hessian(noisy_loss, backend=backend)(p, x, rng)
+    np.testing.assert_allclose(hessian, hessian.T, rtol=0, atol=1e-13 * np.abs(hessian).max())
+    step = mj.compile_loss(noisy_loss, backend=backend)
+    reference = gradient_differences(step, p, x, before)
+    np.testing.assert_allclose(hessian, reference, rtol=0, atol=1e-7 * np.abs(reference).max())
+    one_call = copy.deepcopy(before)
+    step(p, x, one_call)
+    assert rng.random() == one_call.random()   # advanced as by one call
+    assert not np.allclose(mj.hessian(noisy_loss, backend=backend)(p, x, rng), hessian)   # a new seed
 
 
 # ---------------------------------------------------------------------------------------------

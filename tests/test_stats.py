@@ -9,6 +9,8 @@ import pytest
 import scipy.stats as ss
 
 import morphjit as mj
+import limits
+import gradcheck
 from gradcheck import check_loss_grads_fd
 
 BACKENDS = ["interp", "numba"]
@@ -172,3 +174,202 @@ def test_scipy_stats_and_signal_load_on_first_use():
     # import morphjit leaves them out (a third of its import time); a trace that starts once
     # scipy.stats is imported substitutes its methods, and errors still name mj.signal's twins.
     subprocess.run([sys.executable, "-c", LATE_IMPORT], check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# At +-inf and at the ends of the supports: SciPy's values, and gradients that are the limits of
+# the derivatives there (tests/limits.py: central differences of SciPy's function along a path)
+
+LOC, SCALE = 0.3, 1.7
+EDGE_SHAPES = {  # the shapes tried: where a power of z is (a - 1), below, at and above 0
+    "norm": [()], "t": [(3.0,)], "cauchy": [()], "laplace": [()], "logistic": [()], "expon": [()],
+    "gamma": [(0.5,), (1.0,), (2.5,)], "chi2": [(1.0,), (2.0,), (5.0,)], "lognorm": [(0.7,)], "halfnorm": [()],
+    "beta": [(0.5, 3.0), (1.0, 1.0), (2.5, 1.0), (1.0, 0.5)], "uniform": [()],
+}
+# SciPy's laplace.logpdf is log(pdf), -inf from |z| = 745 on: the path into +-inf reads the formula.
+REFERENCES = {("laplace", "logpdf"): lambda x, loc, scale: -np.abs((x - loc) / scale) - np.log(2 * scale)}
+
+
+def _methods(name):
+    return ["logpdf", "pdf"] + (["logcdf", "cdf", "logsf", "sf"] if mj.stats.CONTINUOUS[name].tails else [])
+
+
+def _support_edges(name, shapes):
+    """(point, approach) for x: +-inf, and each finite end of the support from inside (from
+    outside where the support is open there: lognorm's z > 0)."""
+    lo, hi = mj.stats.CONTINUOUS[name].support
+    n = 3 + len(shapes)
+    ends = [(-np.inf, 0), (np.inf, 0)]
+    if np.isfinite(lo):
+        ends.append((0.0, -1) if lo > 0 else (lo, 1))
+    if np.isfinite(hi):
+        ends.append((hi, -1))
+    return [limits.edge((LOC + z * SCALE if np.isfinite(z) else z, *shapes, LOC, SCALE), (side,) + (0,) * (n - 1),
+                        (SCALE,) + (1.0,) * (n - 1), (0,) + tuple(range(2, 2 + len(shapes))) + (0, 1))
+            for z, side in ends]
+
+
+def _nan_allowed(method, edge, value):
+    """The pdf where it is 0 or infinite at a closed end of the support (a power of z other than
+    0), and a log cdf that is -inf there: their gradient is the density times the log-density's,
+    0 * inf, whose limit the formula does not give; it is NaN there (README), never a wrong number."""
+    return edge.approach[0] != 0 and ((method == "pdf" and value in (0.0, np.inf)) or
+                                      (method == "logcdf" and value == -np.inf))
+
+
+def _method(dist, method):
+    return lambda *args: getattr(dist, method)(*args)   # SciPy's own outside a trace, looked up at the call
+
+
+def _edge_groups(name):
+    """(method, edges, arguments): per method, the edge points as arrays (one per argument), so
+    that the gradient of each array is, element by element, the partial derivative at a point."""
+    edges = [e for shapes in EDGE_SHAPES[name] for e in _support_edges(name, shapes)]
+    arguments = [np.array(column) for column in zip(*(e.point for e in edges))]
+    return [(method, edges, arguments) for method in _methods(name)]
+
+
+def _check_edges(dist, groups, values, grads, reference) -> list[str]:
+    failures = []
+    for (method, edges, _), value, grad in zip(groups, values, grads):
+        for k, edge in enumerate(edges):
+            with np.errstate(all="ignore"):
+                expected = getattr(dist, method)(*edge.point)
+            if not np.allclose(value[k], expected, rtol=1e-12, atol=0, equal_nan=True):
+                failures.append(f"{dist.name}.{method}{edge.point}: value {value[k]!r}, SciPy's {expected!r}")
+            limit = limits.derivative_limits(reference(method), edge)
+            misses = limits.gradient_misses_limits([g[k] for g in grad], limit, _nan_allowed(method, edge, expected))
+            failures += [f"{dist.name}.{method}{edge.point} from {edge.approach[0]:+d}: {m}" for m in misses]
+    return failures
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(mj.stats.CONTINUOUS))
+def test_every_continuous_method_at_infinity_and_the_ends_of_its_support(name, backend):
+    assert set(EDGE_SHAPES) == set(mj.stats.CONTINUOUS)
+    dist, groups = getattr(ss, name), _edge_groups(name)
+
+    def loss(arguments):
+        values = [getattr(dist, method)(*args) for (method, _, _), args in zip(groups, arguments)]
+        return sum(np.sum(v) for v in values), values
+
+    (_, values), grads = mj.compile_loss(loss, has_aux=True, backend=backend)([args for _, _, args in groups])
+    failures = _check_edges(dist, groups, values, grads,
+                            lambda method: REFERENCES.get((name, method), _method(dist, method)))
+    assert not failures, "\n".join(failures)
+
+
+# (k, shape parameters, how each comes to its value): the ends of the support in k, and the
+# parameters at the ends of their ranges (mu -> 0, p -> 0 and 1).
+DISCRETE_EDGES = {
+    "poisson": [(k, (2.5,), (0,)) for k in (0, 1)] + [(k, (0.0,), (1,)) for k in (0, 1, 2)],
+    "bernoulli": [(k, (p,), (a,)) for k in (0, 1) for p, a in ((0.3, 0), (0.0, 1), (1.0, -1))],
+    "binom": [(k, (4.0, p), (0, a)) for k in (0, 1, 4) for p, a in ((0.3, 0), (0.0, 1), (1.0, -1))],
+    "geom": [(k, (p,), (a,)) for k in (1, 2) for p, a in ((0.3, 0), (1.0, -1))],
+    "nbinom": [(k, (3.0, p), (0, a)) for k in (0, 2) for p, a in ((0.4, 0), (1.0, -1), (0.0, 0))],   # p = 0: NaN
+}
+INTEGER_SHAPES = {"binom": (0,)}   # binom's n: no derivative
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(mj.stats.DISCRETE))
+def test_every_discrete_method_at_the_ends_of_its_support_and_parameters(name, backend):
+    """As above, for the continuous parameters; a pmf that is 0 there (poisson's mu = 0 at k >= 1)
+    has the gradient 0 * inf, NaN (README)."""
+    assert set(DISCRETE_EDGES) == set(mj.stats.DISCRETE)
+    dist = getattr(ss, name)
+    edges = [limits.edge((float(k), *shapes), (0, *approach)) for k, shapes, approach in DISCRETE_EDGES[name]]
+    k, *shapes = [np.array(column) for column in zip(*(e.point for e in edges))]
+    methods = ["logpmf", "pmf"]
+
+    def loss(arguments, k):   # each method its own parameter arrays, and so its own gradients
+        values = [getattr(dist, method)(k, *shapes) for method, shapes in zip(methods, arguments)]
+        return sum(np.sum(v) for v in values), values
+
+    (_, values), (all_grads,) = mj.compile_loss(loss, argnums=(0,), has_aux=True, backend=backend)([shapes] * 2, k)
+    continuous = [i for i in range(len(shapes)) if i not in INTEGER_SHAPES.get(name, ())]
+    failures = []
+    for method, value, grads in zip(methods, values, all_grads):
+        for j, e in enumerate(edges):
+            expected = getattr(dist, method)(*e.point)
+            if not np.allclose(value[j], expected, rtol=1e-12, atol=0, equal_nan=True):
+                failures.append(f"{name}.{method}{e.point}: value {value[j]!r}, SciPy's {expected!r}")
+            limit = limits.derivative_limits(_method(dist, method), e)[1:]
+            misses = limits.gradient_misses_limits([grads[i][j] for i in continuous], [limit[i] for i in continuous],
+                                                   method == "pmf" and expected == 0.0)
+            failures += [f"{name}.{method}{e.point}: {m}" for m in misses]
+    assert not failures, "\n".join(failures)
+
+
+INVALID = {"t": (-1.0,), "gamma": (0.0,), "chi2": (-2.0,), "lognorm": (0.0,), "beta": (1.0, -1.0),
+           "poisson": (-1.0,), "bernoulli": (1.5,), "binom": (4.0, -0.1), "geom": (0.0,), "nbinom": (0.0, 0.5)}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_nan_arguments_and_invalid_parameters_give_nan_values_and_gradients(backend):
+    """A NaN argument, a scale <= 0 or an invalid shape: NaN, and NaN in the gradient of every
+    argument (the value is undefined around the point), not the 0 of a masked branch."""
+    cases = []
+    for name in sorted(mj.stats.CONTINUOUS):
+        shapes = EDGE_SHAPES[name][0]
+        for method in _methods(name):
+            invalid = [(1.0, *INVALID[name], LOC, SCALE)] if name in INVALID else []
+            cases += [(name, method, args) for args in [(np.nan, *shapes, LOC, SCALE), (1.0, *shapes, np.nan, SCALE),
+                                                         (1.0, *shapes, LOC, -1.0), *invalid]]
+    for name in sorted(mj.stats.DISCRETE):
+        shapes = DISCRETE_EDGES[name][0][1]
+        cases += [(name, method, args) for method in ("logpmf", "pmf") for args in [(np.nan, *shapes), (1.0, *INVALID[name])]]
+    arguments = [[np.array(a) for a in args] for _, _, args in cases]
+
+    def loss(arguments):
+        values = [getattr(getattr(ss, name), method)(*args) for (name, method, _), args in zip(cases, arguments)]
+        return sum(np.sum(v) for v in values), values
+
+    (_, values), grads = mj.compile_loss(loss, has_aux=True, backend=backend)(arguments)
+    not_nan = [f"{name}.{method}{args}: value {value!r}, gradient {[float(g) for g in grad]}"
+               for (name, method, args), value, grad in zip(cases, values, grads)
+               if not (np.isnan(value) and np.isnan(grad).all())]
+    assert not not_nan, "\n".join(not_nan)
+    for (name, method, args), value in zip(cases, values):
+        assert np.isnan(getattr(getattr(ss, name), method)(*args)), (name, method, args)   # as SciPy
+
+
+def _ordered_model(dist):
+    """statsmodels' OrderedModel: P(y = j) = F(cut_j - x w) - F(cut_{j-1} - x w), the outer cuts
+    -inf and inf, written with the cdf and again with the sf."""
+    def loss(w, cuts, x, y):
+        bounds = np.concatenate([np.array([-np.inf]), cuts, np.array([np.inf])])
+        eta = x @ w
+        lower, upper = bounds[y] - eta, bounds[y + 1] - eta
+        return (-np.sum(np.log(dist.cdf(upper) - dist.cdf(lower)))
+                - np.sum(np.log(dist.sf(lower) - dist.sf(upper))))
+    return loss
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", ["logistic", "norm"])
+def test_an_ordered_model_differentiates_at_its_lowest_and_highest_categories(name, backend):
+    """The issue's case: F(-inf - x w) at the lowest category made every coefficient's gradient NaN."""
+    rng = np.random.default_rng(4)
+    w, cuts, x = rng.normal(size=3), np.array([-0.5, 0.4, 1.2]), rng.normal(size=(12, 3))
+    y = np.array([0, 3, 1, 2, 0, 3, 0, 1, 2, 3, 3, 0])   # the lowest (0) and highest (3) categories
+    loss = _ordered_model(getattr(ss, name))
+    value, (grad_w, grad_cuts) = mj.compile_loss(loss, argnums=(0, 1), backend=backend)(w, cuts, x, y)
+    np.testing.assert_allclose(value, loss(w, cuts, x, y), rtol=1e-12)
+    assert np.isfinite(grad_w).all() and np.isfinite(grad_cuts).all(), (grad_w, grad_cuts)
+    check_loss_grads_fd(lambda xs: loss(xs[0], xs[1], x, y), [w, cuts], [grad_w, grad_cuts], rng=rng)
+
+
+@pytest.mark.parametrize("name", sorted(mj.stats.CONTINUOUS))
+def test_the_edges_in_float32_have_the_float64_gradients(name):
+    """The constants that pick the branches at the edges (far tails, clips) hold in float32."""
+    dist, groups = getattr(ss, name), _edge_groups(name)
+
+    def loss(arguments):
+        return sum(np.sum(getattr(dist, method)(*args)) for (method, _, _), args in zip(groups, arguments))
+
+    results = {dtype: mj.compile_loss(loss, backend="interp")([[a.astype(dtype) for a in args] for _, _, args in groups])
+               for dtype in (np.float32, np.float64)}
+    for g32, g64 in zip(gradcheck.flat_leaves(results[np.float32][1]), gradcheck.flat_leaves(results[np.float64][1])):
+        assert g32.dtype == np.float32
+        np.testing.assert_allclose(g32, g64, rtol=1e-4, atol=1e-5, equal_nan=True)

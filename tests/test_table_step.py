@@ -80,6 +80,21 @@ def test_a_range_check_fails_as_in_the_unrolled_step(monkeypatch, position, bad,
     assert value == unrolled(*good)[0]
 
 
+def test_a_slice_with_traced_bounds_numpy_does_not_fill_fails_as_in_the_unrolled_step(monkeypatch):
+    def loss(E, t):
+        return mj.sum(mj.tanh(E[t:t + 2] @ E.T) ** 2)
+
+    E = np.random.default_rng(4).normal(size=(5, 2))
+    table, unrolled = compiled(TABLE, monkeypatch, loss, (E, 0)), compiled(UNROLLED, monkeypatch, loss, (E, 0))
+    for t in (-2, 4):   # x[-2:0] is empty, x[4:6] one row
+        with pytest.raises(IndexError, match="lacks its element") as raised:
+            table(E, t)
+        with pytest.raises(IndexError) as expected:
+            unrolled(E, t)
+        assert str(raised.value) == str(expected.value)
+    assert table(E, -4)[0] == unrolled(E, -4)[0] == pytest.approx(np.sum(np.tanh(E[-4:-2] @ E.T) ** 2), rel=1e-12)
+
+
 def test_a_nan_reaches_the_loss(monkeypatch):
     fn, args = MODELS["mlp2"](np.float64)
     params = dict(args[0], W1=args[0]["W1"].copy())

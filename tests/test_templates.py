@@ -53,6 +53,8 @@ SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
     "not": [((BOOL,), {})],
     "where": [((BOOL, dt, dt), {}) for dt in FLOATS + INTS],
     "clip": [((dt, dt, dt), {}) for dt in FLOATS],
+    "check_parameter": [((dt, BOOL), {"what": "rng.normal: scale < 0", "error": "ParameterValueError"})
+                        for dt in FLOATS],
     "cast": [((src,), {"dtype": dtype_name(dst)}) for src in ALL_DTYPES for dst in ALL_DTYPES if src != dst],
 }
 
