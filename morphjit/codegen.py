@@ -15,6 +15,7 @@ from .indexing import IndexMap, broadcast_map, element, loop_vars
 from .ir import BATCH, Namer, Var, literal
 from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
 from .loopir import Acc, Alias, Gemm, Lapack, Load, Nest, RangeCheck, RowNest, ScatterAdd, batched_input, internal_shape
+from .memory import writes_reach_one_pointer
 from .ops import OPS
 from .plan import Plan
 from .runtime import OUT_OF_RANGE, Addresses
@@ -27,8 +28,9 @@ FASTMATH = {"arcp", "contract", "afn", "reassoc"}
 ENTRY = "step"
 # The digest makes the text, and so the disk-cache key, change with the module's kernels.
 LAPACK_IMPORT = f"import morphjit.lapack as lapack  # kernels {kernels.source_digest('lapack')}"
-DECORATOR = ("@numba.njit(fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, "
-             "error_model='numpy', boundscheck=False, nogil=True)")
+JIT = "fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, error_model='numpy', boundscheck=False, nogil=True"
+DECORATOR = f"@numba.njit({JIT})"
+KERNEL_DECORATOR = f"@numba.njit({JIT}, no_cpython_wrapper=True, pipeline_class=NoAliasCompiler)"   # see kernels.NoAliasCompiler
 
 
 class Writer:
@@ -256,8 +258,8 @@ class StepWriter(Writer):
 
     def source(self) -> str:
         out = self.out
-        # An output written over an input is stored under the input's name, so LLVM sees one
-        # array (the same pointer), not two it must check for overlap before vectorising.
+        # An output written over an input is stored under the input's name: one array (one
+        # pointer) to LLVM, as a kernel's noalias pointers require (kernels.NoAliasCompiler).
         arguments = self.arguments()
         arg_names = ["P" if isinstance(v, Addresses) else f"u{k}" if id(v) in self.plan.written_over
                      else self.names.name(v) for k, v in enumerate(arguments)]
@@ -317,6 +319,8 @@ class StepWriter(Writer):
             self.alias_outputs(writer.names)
             writer.write(ins)
             params = writer.names.order
+            if not writes_reach_one_pointer(self.plan, ins, params):
+                raise AssertionError(f"a kernel would write memory it reaches through two pointers: {ins}")
             shapes = writer.array_shapes(ins, params)
             extents = self.extents + writer.parameters()
             text = kernel_source(writer.out.text(), params, shapes, extents, ins.kind == "gemm")
@@ -404,7 +408,7 @@ def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: li
     out = Source()
     if lapack:
         out.line(LAPACK_IMPORT)
-    out.line(DECORATOR)
+    out.line(KERNEL_DECORATOR)
     pointers = [f"p{k}" for k in range(len(params) + record)]
     out.line(f"def {kernels.NAME}({', '.join(pointers + extents)}):")
     with out.indent():
@@ -419,8 +423,8 @@ def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: li
 
 def same_views(plan: Plan):
     """Pooled values that are one view of one slot (same slot and type), each with the first such
-    value. Named alike, a loop writing in place reads and writes one array in LLVM's eyes, not two
-    whose overlap it checks at run time (the check fails, and the scalar loop runs)."""
+    value. Named alike, a loop writing in place reads and writes one array, one pointer of its
+    kernel: the kernel's pointers are marked noalias (``kernels.NoAliasCompiler``)."""
     first: dict = {}
     for ins in plan.instructions:
         for v in ins.outs:

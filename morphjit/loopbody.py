@@ -129,8 +129,7 @@ def loops(out: Source, domain, names: list[str]):
 def run_time_extents(exprs, domain, spell) -> list:
     """``domain`` with the extent of each loop that walks along a gathered (or scattered) row
     spelled as that array's run-time extent. With a constant trip count LLVM unrolls such a loop
-    into scalar code, since it cannot prove that the row does not overlap what the loop writes;
-    with a run-time one it vectorises the loop behind an overlap check (2x on an embedding).
+    into scalar code; with a run-time one it vectorises the loop (2x on an embedding).
     ``spell(var, axis)`` is the source of that extent."""
     extents = list(domain)
     for g in [g for e in exprs for g in gathers(e)]:

@@ -105,6 +105,25 @@ def write_in_place(plan, pairs) -> None:
         plan.written_over[id(dst)] = src
 
 
+def storage(plan, v: Var) -> tuple:
+    """The memory ``v`` lives in: its pool slot, or the array of its own (an input, constant or
+    output; an output written over an input is the input's)."""
+    owner = plan.buffer_of(v)
+    if id(owner) in plan.slot_of:
+        return ("slot", plan.slot_of[id(owner)])
+    return ("array", id(plan.written_over.get(id(owner), owner)))
+
+
+def writes_reach_one_pointer(plan, ins, arrays: list[Var]) -> bool:
+    """Whether each buffer ``ins`` writes is only one of ``arrays`` (the distinct arrays of its
+    kernel, each a pointer marked ``noalias``). Values sharing a slot at one instruction are an
+    input written in place and its output, which codegen names alike (``same_views``);
+    ``out=`` arrays and arrays a training step updates are refused when they overlap another
+    argument."""
+    places = [storage(plan, v) for v in arrays]
+    return all(places.count(storage(plan, v)) <= 1 for v in ins.outs)
+
+
 def take_slot(slots: list[Slot], free: list[int], type: TensorType) -> int:
     """A free slot of the dtype (the smallest that fits, else the largest, grown), or a new one."""
     size = type.size if isinstance(type.size, Sym) else max(type.size, 1)

@@ -275,8 +275,10 @@ def load_kernel(source: str, hint: str, cache: bool):
             if kernel is not None:
                 _recent_kernels.move_to_end(key)
                 return kernel
-    with kernels.caching(cache):   # the loop-nest kernels the module loads as it runs
-        kernel = getattr(disk_cache.load_module(source, name_hint=hint, cache=cache), codegen.ENTRY)
+    with kernels.loading(cache) as taken:   # the loop-nest kernels the module loads as it runs
+        module = disk_cache.load_module(source, name_hint=hint, cache=cache)
+    kernels.hold(vars(module), taken)
+    kernel = getattr(module, codegen.ENTRY)
     if cache:
         with _recent_lock:
             _recent_kernels[key] = kernel

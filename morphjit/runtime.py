@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import kernels
 from .loopir import batched_input, internal_shape
 from .rng import GENERATORS, seed_of
 from .ir import evaluate, is_symbolic
@@ -97,19 +98,7 @@ class NativeStep:
         # lookup can be skipped on later calls.
         signature = tuple(self.kernel.typeof_pyval(a) for a in args)
         self.call = self.kernel.overloads[signature].entry_point
-        release_with_step(self.kernel)
-
-
-def release_with_step(kernel) -> None:
-    """Let ``kernel`` (a dispatcher) die with the step that calls it.
-
-    Numba keeps the namespace of a compiled function's module alive as long as its machine code
-    (for plain ``njit`` functions too); the kernel's own name in that namespace would keep the
-    dispatcher, and all it refers to, alive forever. Its machine code is in hand, so the name goes.
-    """
-    namespace, name = kernel.py_func.__globals__, kernel.py_func.__name__
-    if namespace.get(name) is kernel:
-        namespace.pop(name, None)   # another thread's first call may have removed it meanwhile
+        kernels.release_with_holder(self.kernel)
 
 
 class Workspace:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,10 +81,9 @@ class Kernel:
     """A kernel as a table calls it: ``k(pointers..., integers...)`` makes a row."""
 
     def __init__(self, source: str, pointers: int, extents: int, check: Check | None = None):
-        loaded = kernels.loaded(source, pointers, extents)
+        loaded, self.origin = kernels.loaded(source, pointers, extents)
         self.pointers, self.check, self.function = pointers, check, loaded.function
-        self.entry = trampoline(loaded.symbol, pointers, extents)
-        self.origin = loaded.origin
+        self.entry = entry_of(loaded, pointers, extents)
 
     def __call__(self, *args) -> Row:
         return Row(self, tuple(args[:self.pointers]), tuple(args[self.pointers:]))
@@ -172,7 +172,18 @@ def compiled(module: ir.Module, name: str) -> int:
         return library.get_pointer_to_function(name)
 
 
-@functools.cache
+_entries: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # loaded kernel -> its entry
+
+
+def entry_of(loaded: kernels.Loaded, pointers: int, extents: int) -> int:
+    """The uniform entry of a loaded kernel (a trampoline of its own: a kernel compiled again
+    after it was released has another address)."""
+    entry = _entries.get(loaded)
+    if entry is None:
+        entry = _entries[loaded] = trampoline(loaded.symbol, pointers, extents)
+    return entry
+
+
 def trampoline(symbol: str, pointers: int, extents: int) -> int:
     """The uniform entry of the kernel ``symbol`` taking ``pointers`` data pointers then
     ``extents`` integers: it loads them (a pointer from the frame place the row names, an integer

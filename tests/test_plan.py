@@ -4,6 +4,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import morphjit as mj
+from morphjit.codegen import KernelWriter, StepWriter, in_kernel
+from morphjit.memory import storage, writes_reach_one_pointer
 from morphjit.pipeline import compile_plan
 from morphjit.interp import run_plan
 from morphjit.plan import Alias, make_plan
@@ -42,6 +44,19 @@ def check_plan_invariants(plan) -> None:
             assert handover, f"two live values share slot {slot} (lifetimes {a_start}-{a_end} and {b_start}-{b_end})"
     for s in plan.slots:
         assert s.size >= 1
+    for ins, arrays in kernel_arrays(plan):
+        assert writes_reach_one_pointer(plan, ins, arrays), f"a kernel writes memory two of its pointers reach: {ins}"
+
+
+def kernel_arrays(plan):
+    """Each instruction a kernel runs, with the arrays of its kernel (each a pointer of its own)."""
+    step = StepWriter(plan)
+    for ins in plan.instructions:
+        if in_kernel(ins):
+            writer = KernelWriter()
+            step.alias_outputs(writer.names)
+            writer.write(ins)
+            yield ins, writer.names.order
 
 
 def flat_args(args):
@@ -93,6 +108,16 @@ def test_gemm_epilogue_runs_in_place_and_transposes_go_to_blas():
     assert any(i.a_transposed or i.b_transposed for i in plan.instructions if hasattr(i, "a_transposed"))
     assert "transpose" not in text  # transposes are BLAS flags or index maps, never copies
     assert plan.in_place, "no loop wrote over a dying input"
+
+
+def test_a_kernel_writing_in_place_reaches_the_buffer_through_one_pointer():
+    fn, args = MODELS["mlp2"](np.float64)
+    plan = compile_plan(mj.grad_program(fn, *args))
+    [(ins, arrays)] = [(i, a) for i, a in kernel_arrays(plan) if id(i) in plan.in_place][:1]
+    assert writes_reach_one_pointer(plan, ins, arrays)
+    out = ins.outs[0]
+    donor = next(v for v in ins.reads() if v is not out and storage(plan, v) == storage(plan, out))
+    assert not writes_reach_one_pointer(plan, ins, [donor, out])   # two names for the buffer written
 
 
 def test_broadcast_reads_compose_into_one_loop():

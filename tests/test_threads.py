@@ -1,5 +1,6 @@
 """Compiled steps called from several threads at once: no spurious errors, the values of a
-single-threaded run, and a new signature traced and compiled once however many threads ask."""
+single-threaded run, and a new signature traced and compiled once however many threads ask; the
+same inputs give the same bits whatever workspace, thread or addresses a call gets."""
 import sys
 import threading
 
@@ -7,7 +8,9 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from models import MODELS
+from morphjit import pytree
+from morphjit.runtime import Workspace
+from models import MODELS, deep_mlp
 
 THREADS, CALLS = 4, 150
 BATCHES = range(1, CALLS + 1)   # more than runtime.VIEWS_KEPT
@@ -153,3 +156,92 @@ def test_a_new_training_signature_called_from_eight_threads_is_traced_once():
     run_threads(lambda i: losses.__setitem__(i, step(copies[i], states[i], x, y)), n=8)
     assert len(traces) == 2 and len(set(traces)) == 1 and step.cache_info().misses == 1   # one compile: two traces (frozen.py), one thread
     assert len(set(losses)) == 1
+
+
+# ---------------------------------------------------------------- same inputs, same bits
+
+def transcendental(dtype, batch):
+    """tanh, exp, log and sin in fused loops over a (batch, 5) array."""
+    rng = np.random.default_rng(7)
+    params = {"a": rng.normal(size=5).astype(dtype), "b": rng.normal(size=5).astype(dtype)}
+
+    def loss(p, x):
+        h = mj.tanh(x * p["a"] + p["b"])
+        return mj.mean(mj.exp(-h) * mj.log(1 + x * x) + mj.sin(h * p["a"]))
+    return loss, (params, rng.normal(size=(batch, 5)).astype(dtype))
+
+
+def tanh_mlp(dtype, batch):
+    return deep_mlp(dtype, batch=batch, sizes=(3, 6, 5, 2))
+
+
+def bits(result) -> tuple:
+    value, grads = result
+    return (np.asarray(value).tobytes(),) + tuple(g.tobytes() for g in pytree.flatten(grads)[0])
+
+
+def laid_out(native, batch: int, order, gap: int) -> Workspace:
+    """A workspace whose pool slots lie in one block, in ``order``, ``gap`` bytes apart (slots
+    placed close together made LLVM's run-time overlap check fail, and the scalar loop run)."""
+    workspace = Workspace(native)
+    workspace.fixed_for(batch)
+    sizes = [a.nbytes for a in workspace.pool]
+    block = np.empty(sum(sizes) + gap * len(sizes) + 64, np.uint8)
+    at, pool = -block.ctypes.data % 64, [None] * len(sizes)
+    for k in order:
+        pool[k] = block[at:at + sizes[k]].view(workspace.pool[k].dtype)
+        at += sizes[k] + gap
+    workspace.pool, workspace.views = pool, type(workspace.views)()
+    workspace.fixed_for(batch)
+    return workspace
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("model", [transcendental, tanh_mlp])
+def test_the_same_inputs_give_the_same_bits_in_any_workspace(model, dtype):
+    fn, _ = model(dtype, 2)
+    step = mj.compile_loss(fn, cache=False)
+    rng = np.random.default_rng(0)
+    for batch in (2, 3, 5, 9, 13):
+        _, args = model(dtype, batch)
+        first = bits(step(*args))
+        native = step.steps()[0].run
+        got = set()
+        for _ in range(25):
+            native.idle[:] = [laid_out(native, batch, rng.permutation(len(native.slots)), int(rng.choice([0, 16, 48])))]
+            got.add(bits(step(*args)))
+        assert got == {first}, f"batch {batch}: {len(got)} distinct results"
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_data_at_any_offset_and_out_arrays_next_to_it_give_the_same_bits(dtype):
+    fn, (params, x) = transcendental(dtype, 9)
+    step = mj.compile_loss(fn, cache=False)
+    first = bits(step(params, x))
+    got = set()
+    for start in range(8):   # every alignment of the data, in elements
+        block = np.empty(x.size + 2 * 5 + start + 4, dtype)
+        shifted = block[start:start + x.size].reshape(x.shape)
+        shifted[...] = x
+        after = start + x.size + (start % 3)   # the gradients right after the data, or a few apart
+        out = {"a": block[after:after + 5], "b": block[after + 5:after + 10]}
+        got.add(bits(step(params, shifted, out=out)))
+        got.add(bits(step(params, shifted)))
+    assert got == {first}
+
+
+def test_a_thread_storm_with_fresh_workspaces_gives_the_bits_of_one_call():
+    fn, args = transcendental(np.float64, 5)
+    step = mj.compile_loss(fn, cache=False)
+    first = bits(step(*args))
+    results = [set() for _ in range(THREADS)]
+
+    def work(i):
+        rng, padding = np.random.default_rng(i), []
+        for _ in range(60):
+            padding.append(np.empty(int(rng.integers(1, 400)), np.uint8))   # moves the next pools
+            step.steps()[0].run.idle.clear()
+            results[i].add(bits(step(*args)))
+
+    run_threads(work)
+    assert set().union(*results) == {first}
