@@ -65,7 +65,8 @@ def _extended_terms(x, y, pos):
             mj.hypot(x, y), mj.arctan2(x, y), mj.logaddexp(x, y), mj.logaddexp2(x, y), mj.copysign(x, y),
             x % (pos + 0.5), mj.fmod(x, pos + 0.5), x // (pos + 0.5), mj.heaviside(x, 0.5),
             mj.isnan(x / x) * x, mj.isinf(1 / x) * x, mj.isfinite(x) * x, mj.erf(x), mj.erfc(x), mj.gammaln(pos),
-            mj.erfinv(unit), mj.digamma(pos), mj.prod(pos, axis=0), mj.diagonal(x) * y[0, :4],
+            mj.erfinv(unit), mj.digamma(pos), mj.xlogy(pos, pos + 0.5), mj.xlog1py(pos, unit), mj.entr(pos),
+            mj.prod(pos, axis=0), mj.diagonal(x) * y[0, :4],
             mj.stop_gradient(x) * x]
 
 
