@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from morphjit import cache
+from .cache import policy as cache
 
 
 def main(argv: list[str] | None = None) -> None:

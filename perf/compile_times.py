@@ -138,10 +138,11 @@ def child_args(counts) -> None:
 def child_compile(n_layers: int, dtype: str) -> None:
     """The first call split into the morphjit part and the numba part, and the size of the step."""
     import morphjit as mj
-    from morphjit import cache as disk_cache, tablegen
-    from morphjit.compiler import arg_spec
-    from morphjit.pipeline import compile_plan
-    from morphjit.runtime import NativeStep
+    from morphjit.cache import policy as disk_cache
+    from morphjit.backend.codegen import tablegen
+    from morphjit.jit.compiled import arg_spec
+    from morphjit.jit.pipeline import compile_plan
+    from morphjit.runtime.step import NativeStep
 
     fn, args = mlp(n_layers, dtype)
     t0 = CLOCK()
@@ -325,7 +326,7 @@ def child_stages(family: str, size: int, mode: str) -> None:
 def kernel_counts() -> dict:
     """How many kernels this process compiled and reused so far (none before kernels were shared)."""
     try:
-        from morphjit import kernels
+        from morphjit.runtime import kernels
     except ImportError:
         return {}
     return kernels.statistics()

@@ -84,7 +84,7 @@ def build_morphjit(wl, params, data, static_shapes=False):
 def build_morphjit_entry(wl, params, data):
     """The compiled machine code called directly with prepared inputs and preallocated outputs."""
     import morphjit as mj
-    from morphjit.runtime import prepare
+    from morphjit.runtime.step import prepare
     compiled = mj.compile_loss(named_loss(wl, mj))
     args = (params, *data)
     compiled(*args)

@@ -8,7 +8,7 @@ import time
 import numba
 import numpy as np
 
-from morphjit import lapack
+from morphjit.native import lapack
 
 
 @numba.njit(fastmath=True, boundscheck=False)

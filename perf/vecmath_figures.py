@@ -16,7 +16,9 @@ import argparse
 import time
 
 import morphjit as mj
-from morphjit import distances, selection, vecmath
+from morphjit.transforms import distances
+from morphjit.backend import selection
+from morphjit.native import vecmath
 from perf import impls
 from perf.workloads import DTYPES, WORKLOADS
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
+from morphjit.util import pytree
 
 BACKENDS = ["interp", "numba"]
 HERE = __file__.rsplit("/", 1)[-1]
@@ -57,8 +58,8 @@ def expected_aux(params, x, labels):
 
 
 def assert_trees_close(got, want, rtol=1e-12):
-    got_leaves, got_tree = mj.pytree.flatten(got)
-    want_leaves, want_tree = mj.pytree.flatten(want)
+    got_leaves, got_tree = pytree.flatten(got)
+    want_leaves, want_tree = pytree.flatten(want)
     assert got_tree == want_tree
     for g, w in zip(got_leaves, want_leaves):
         assert isinstance(g, np.ndarray | np.generic) and np.shape(g) == np.shape(w)
@@ -361,7 +362,7 @@ def test_static_values_of_the_users_classes_keep_their_equality_and_their_type()
 
 def test_the_exact_form_tells_apart_what_equality_confuses():
     """Also for values only hashable on newer Pythons (slices from 3.12)."""
-    from morphjit.static_args import exact
+    from morphjit.jit.static_args import exact
     assert exact(slice(0.0, 2)) != exact(slice(-0.0, 2)) and exact(slice(1, 2)) == exact(slice(1, 2))
     assert exact(range(0)) != exact(range(2, 2)) and exact(range(3)) == exact(range(0, 3, 1))
     assert exact(float("nan")) == exact(float("nan")) and exact(0.0) != exact(-0.0)

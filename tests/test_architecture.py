@@ -83,7 +83,7 @@ def test_each_module_imports_on_its_own_in_a_fresh_interpreter():
 
 
 def loop_ir_kinds() -> set[str]:
-    from morphjit import loopir
+    from morphjit.ir import loop as loopir
     return {name for name, c in vars(loopir).items() if isinstance(c, type) and c.__module__ == loopir.__name__}
 
 

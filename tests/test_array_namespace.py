@@ -13,7 +13,7 @@ import scipy.special as sp
 from scipy._lib import array_api_extra as xpx
 
 import morphjit as mj
-from morphjit import array_namespace as xp
+from morphjit.api import namespace as xp
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import morphjit as mj
-from morphjit.compiler import batched_leaves
-from morphjit.numpy_index import NUMPY_ARANGE
-from morphjit.ir import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
+from morphjit.util import pytree
+from morphjit.jit.compiled import batched_leaves
+from morphjit.api.indexing import NUMPY_ARANGE
+from morphjit.ir.program import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
 from models import MODELS
 from strategies import random_programs
 
@@ -28,7 +29,7 @@ def reference(fn, args):
 
 def assert_same(got, want, rtol):
     np.testing.assert_allclose(got[0], want[0], rtol=rtol)
-    for g, w in zip(mj.pytree.flatten(got[1])[0], mj.pytree.flatten(want[1])[0]):
+    for g, w in zip(pytree.flatten(got[1])[0], pytree.flatten(want[1])[0]):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * 1e-3)
 
 
@@ -218,14 +219,14 @@ def resized(leaves, batched, batch):
 @given(random_programs(), st.integers(1, 9))
 def test_random_polymorphic_steps_agree_with_the_reference_at_other_batch_sizes(example, batch):
     fn, args = example
-    leaves, treedef = mj.pytree.flatten(args)
-    batched = batched_leaves(leaves, range(len(mj.pytree.flatten(args[0])[0])))
+    leaves, treedef = pytree.flatten(args)
+    batched = batched_leaves(leaves, range(len(pytree.flatten(args[0])[0])))
     assume(batched)                # before compiling: most drawn programs have no batch axis
     step = mj.compile_loss(fn)
     step(*args)
     (signature,) = step.cache_info().signatures
     assume("[B" in signature)
-    new_args = mj.pytree.unflatten(treedef, resized(leaves, batched, batch))
+    new_args = pytree.unflatten(treedef, resized(leaves, batched, batch))
     reference = mj.compile_loss(fn, backend="interp", static_shapes=True)
     try:
         got = step(*new_args)
@@ -236,7 +237,7 @@ def test_random_polymorphic_steps_agree_with_the_reference_at_other_batch_sizes(
     assert step.cache_info().misses == 1 + (batch == 1)       # no new compile, but for a batch of one
     want = reference(*new_args)
     np.testing.assert_allclose(got[0], want[0], rtol=1e-9, atol=1e-12)
-    for g, w in zip(mj.pytree.flatten(got[1])[0], mj.pytree.flatten(want[1])[0]):
+    for g, w in zip(pytree.flatten(got[1])[0], pytree.flatten(want[1])[0]):
         np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-10)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from morphjit.cache import CacheWarning, cache_info, clear_cache, load_module, loaded_from_disk
+from morphjit.cache.policy import CacheWarning, cache_info, clear_cache, load_module, loaded_from_disk
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

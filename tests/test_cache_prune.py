@@ -6,9 +6,10 @@ import time
 
 import pytest
 
-from morphjit import cache as disk_cache, cache_store
+from morphjit.cache import policy as disk_cache
+from morphjit.cache import store as cache_store
 from morphjit.__main__ import main
-from morphjit.cache import cache_info, load_module, prune_cache
+from morphjit.cache.policy import cache_info, load_module, prune_cache
 from test_cache import PROGRAM, run_step
 
 

@@ -1,7 +1,7 @@
 """The one rule for MORPHJIT_* switches, read at use time."""
 import pytest
 
-from morphjit import config
+from morphjit.util import config
 
 
 @pytest.mark.parametrize("value, expected", [("0", False), ("false", False), (" No ", False), ("OFF", False),

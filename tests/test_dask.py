@@ -25,7 +25,7 @@ cloudpickle = pytest.importorskip("cloudpickle")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers cannot import this file
 
 mjd = mj.dask
-from morphjit import dask_worker as mjw  # noqa: E402 (after the dask checks above)
+from morphjit.integrations import dask_worker as mjw  # noqa: E402 (after the dask checks above)
 
 
 def logistic(params, x, y):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import distances
+from morphjit.transforms import distances
 
 from gradcheck import anp, autograd
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import pytree
+from morphjit.util import pytree
 
 from conftest import trace_checked, trace_run
 

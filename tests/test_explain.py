@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import explain as explain_module, feedback, pipeline
+from morphjit.jit import explain as explain_module
+from morphjit.jit import feedback
+from morphjit.jit import pipeline
 from models import MODELS
 
 STAGES = ["trace", "vjp", "passes", "lower", "plan", "codegen", "load", "numba"]

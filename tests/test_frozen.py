@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit.frozen import first_difference
-from morphjit.trace import trace
+from morphjit.tracing.twice import first_difference
+from morphjit.tracing.tracer import trace
 
 RS = np.random.RandomState(0)
 COUNTER = np.zeros(1)

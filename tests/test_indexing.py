@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
-from morphjit.interp import run_plan
-from morphjit.numpy_index import NUMPY_ARANGE
-from morphjit.plan import range_checks
+from morphjit.util import pytree
+from morphjit.runtime.interp import run_plan
+from morphjit.api.indexing import NUMPY_ARANGE
+from morphjit.backend.plan import range_checks
 
 from gradcheck import check_loss_grads_fd
 from test_ops import advanced_index, rand_shape
@@ -217,7 +218,7 @@ def test_the_plan_interpreter_runs_every_form_like_the_reference():
     params, *data = every_form_args()
     fn = lambda p, tokens, y, bits, i: every_form(mj, p, tokens, y, bits, i)  # noqa: E731
     joint = mj.grad_program(fn, params, *data)
-    args = mj.pytree.flatten((params, *data))[0]
+    args = pytree.flatten((params, *data))[0]
     plan = compile_plan(joint)
     check_plan_invariants(plan)
     for a, e in zip(run_plan(plan, *args), mj.run(joint, *args)):

@@ -94,7 +94,7 @@ TRACING = textwrap.dedent("""
     import importlib, json, os, random, signal, subprocess, sys, time
     import numpy as np
     import scipy.stats
-    trace, substitutes = (importlib.import_module(f"morphjit.{{m}}") for m in ("trace", "substitutes"))
+    trace, substitutes = (importlib.import_module(f"morphjit.tracing.{{m}}") for m in ("tracer", "substitutes"))
 
     x = np.ones((4, 2))
     # The first trace loads the substitutes for scipy.stats

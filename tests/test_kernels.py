@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import kernels, lapack
+from morphjit.runtime import kernels
+from morphjit.native import lapack
 
 KERNEL = re.compile(r"(?:kernels\.load|table\.kernel)\('''(.*?)'''", re.S)   # either step form
 

@@ -16,8 +16,8 @@ import pytest
 import scipy.linalg as sl
 
 import morphjit as mj
-from morphjit import linalg as la
-from morphjit.ops import LINALG, OPS
+from morphjit.api import linalg as la
+from morphjit.ops.core import LINALG, OPS
 
 from gradcheck import check_loss_grads_fd
 

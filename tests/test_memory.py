@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import kernels, pipeline
-from morphjit.explain import namespace
-from morphjit.runtime import VIEWS_KEPT
+from morphjit.runtime import kernels
+from morphjit.jit import pipeline
+from morphjit.jit.explain import namespace
+from morphjit.runtime.step import VIEWS_KEPT
 from models import MODELS, deep_mlp
 
 

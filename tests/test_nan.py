@@ -12,8 +12,8 @@ import pytest
 import scipy.special as sp
 
 import morphjit as mj
-from morphjit.custom import is_user_op
-from morphjit.ops import LINALG, OPS
+from morphjit.api.custom import is_user_op
+from morphjit.ops.core import LINALG, OPS
 
 import limits
 import test_ops
@@ -279,7 +279,7 @@ GROUPS = {np.logaddexp: (0, 0), np.logaddexp2: (0, 0), np.hypot: (0, 0)}   # ste
 
 
 def _scipy_special_functions():
-    from morphjit.array_api import UFUNCS
+    from morphjit.api.core import UFUNCS
     return {f for f in UFUNCS if getattr(sp, f.__name__, None) is f} | {sp.softplus}
 
 

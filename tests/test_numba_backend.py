@@ -6,8 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
-from morphjit.custom import is_user_op
-from morphjit.ops import LINALG, OPS
+from morphjit.util import pytree
+from morphjit.api.custom import is_user_op
+from morphjit.ops.core import LINALG, OPS
 
 from models import MODELS, deep_mlp
 from strategies import random_programs
@@ -23,8 +24,8 @@ def assert_backends_agree(fn, args, dtype=np.float64, argnums=0):
         value, grads = compiled(*args)
         assert type(value) is type(ref_value)
         np.testing.assert_allclose(value, ref_value, **TOL[dtype])
-        assert mj.pytree.flatten(grads)[1] == mj.pytree.flatten(ref_grads)[1]
-        for g, r in zip(mj.pytree.flatten(grads)[0], mj.pytree.flatten(ref_grads)[0]):
+        assert pytree.flatten(grads)[1] == pytree.flatten(ref_grads)[1]
+        for g, r in zip(pytree.flatten(grads)[0], pytree.flatten(ref_grads)[0]):
             assert g.dtype == r.dtype and g.shape == r.shape
             np.testing.assert_allclose(g, r, **TOL[dtype])
     assert compiled.cache_info().hits == 1
@@ -183,7 +184,7 @@ def unpickled(tree):
     """``tree`` after a pickle round trip: equal arrays whose dtypes are copies, not NumPy's own
     objects (as multiprocessing, joblib and Dask's transfers hand them over)."""
     copy = pickle.loads(pickle.dumps(tree))
-    assert all(a.dtype is not b.dtype for a, b in zip(mj.pytree.flatten(copy)[0], mj.pytree.flatten(tree)[0]))
+    assert all(a.dtype is not b.dtype for a, b in zip(pytree.flatten(copy)[0], pytree.flatten(tree)[0]))
     return copy
 
 
@@ -252,7 +253,7 @@ def test_fast_path_covers_every_tree_and_falls_back_on_mismatch():
             np.testing.assert_allclose(value, ref_value, rtol=1e-6)
             assert type(grads["layers"][0]) is Layer and isinstance(grads["layers"][1], list)
             assert grads["c"].shape == () and grads["c"].dtype == np.float64
-            for g, r in zip(mj.pytree.flatten(grads)[0], mj.pytree.flatten(ref_grads)[0]):
+            for g, r in zip(pytree.flatten(grads)[0], pytree.flatten(ref_grads)[0]):
                 np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-9)
     info = step.cache_info()
     assert info.misses == 2 and info.hits == 8  # fortran order, the scale's value and a new batch size need no new step
@@ -437,8 +438,8 @@ def test_permuted_fortran_zero_d_and_empty_constants(backend):
 def test_a_program_whose_constants_are_not_c_contiguous_runs_right():
     """A program not made by tracing (a pass, or by hand) may hold a constant in any layout: the
     step reads it as NumPy does."""
-    from morphjit.pipeline import BACK, Build, run
-    from morphjit.runtime import NativeStep
+    from morphjit.jit.pipeline import BACK, Build, run
+    from morphjit.runtime.step import NativeStep
 
     rng = np.random.default_rng(14)
     W, x = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import array_api
+from morphjit.api import core as array_api
 from gradcheck import check_loss_grads_fd
 
 BACKENDS = ["numba", "interp"]

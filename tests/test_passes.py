@@ -11,11 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
-from morphjit import compiler, passes, pipeline
-from morphjit.errors import MorphjitError
-from morphjit.ir import Binding, Lit, Program, TensorType, Var, VerifyError, params_of, parse
-from morphjit.ops import OPS
-from morphjit.vjp import vjp
+from morphjit.jit import compiled as compiler
+from morphjit.transforms import passes
+from morphjit.jit import pipeline
+from morphjit.util.errors import MorphjitError
+from morphjit.ir.program import Binding, Lit, Program, TensorType, Var, VerifyError, params_of, parse
+from morphjit.ops.core import OPS
+from morphjit.transforms.vjp import vjp
 
 from models import MODELS
 from strategies import random_programs as random_losses

@@ -2,9 +2,10 @@
 import numpy as np
 
 import morphjit as mj
-from morphjit import explain, pipeline
-from morphjit.compiler import arg_spec
-from morphjit.train import training_stages
+from morphjit.jit import explain
+from morphjit.jit import pipeline
+from morphjit.jit.compiled import arg_spec
+from morphjit.jit.train import training_stages
 
 
 def test_a_training_step_inserts_its_stages_into_the_one_list():

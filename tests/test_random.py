@@ -13,6 +13,7 @@ import pytest
 import scipy.stats as st
 
 import morphjit as mj
+from morphjit.runtime.interp import run_plan
 
 N = 20_000
 
@@ -129,7 +130,7 @@ def test_no_noise_array_is_allocated_and_the_draw_fuses():
     assert all(v.shape != (8, 3) for v in pooled)
     assert [ins.kind for ins in plan.instructions] == ["reduce", "reduce"]
     compiled = step(*args, np.random.default_rng(4))
-    replayed = mj.interp.run_plan(plan, *args, np.random.default_rng(4))
+    replayed = run_plan(plan, *args, np.random.default_rng(4))
     np.testing.assert_allclose(replayed[0], compiled[0], rtol=1e-12)
     np.testing.assert_allclose(replayed[1], compiled[1], rtol=1e-12)
 

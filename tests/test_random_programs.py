@@ -116,7 +116,7 @@ def test_random_program_traces_to_a_valid_joint_program(example):
 
 def test_strategy_reaches_every_op_family():
     """The strategy produces every differentiable primitive (so the properties above cover them)."""
-    from morphjit.ops import LINALG, OPS
+    from morphjit.ops.core import LINALG, OPS
     seen: set[str] = set()
 
     @settings(max_examples=1500, deadline=None, database=None, derandomize=True,
@@ -131,7 +131,7 @@ def test_strategy_reaches_every_op_family():
     # in gradients only;
     # linear algebra needs well-conditioned matrices: test_linalg, test_grad and test_ops cover it;
     # check_parameter checks a traced parameter of a draw: test_random, test_grad and test_ops.
-    from morphjit.custom import is_user_op
+    from morphjit.api.custom import is_user_op
     linalg = {name for name, op in OPS.items() if op.kind == LINALG}
     wanted = ({name for name, op in OPS.items() if op.vjp is not None and not is_user_op(name)}
               - {"unslice", "scatter_add", "unwindow", "stop_gradient", "check_parameter"} - linalg)

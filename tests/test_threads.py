@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import pytree
-from morphjit.runtime import Workspace
+from morphjit.util import pytree
+from morphjit.runtime.step import Workspace
 from models import MODELS, deep_mlp
 
 THREADS, CALLS = 4, 150

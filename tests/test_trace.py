@@ -15,8 +15,10 @@ import scipy.special as sp
 import pytest
 
 import morphjit as mj
-from morphjit import array_api, numpy_index, pytree
-from morphjit.ir import Binding, Lit, Program, TensorType, Var, VerifyError, parse
+from morphjit.api import core as array_api
+from morphjit.api import indexing as numpy_index
+from morphjit.util import pytree
+from morphjit.ir.program import Binding, Lit, Program, TensorType, Var, VerifyError, parse
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
 

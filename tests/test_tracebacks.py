@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import pipeline
+from morphjit.jit import pipeline
 
 HERE = os.path.abspath(__file__)
 PACKAGE = os.path.dirname(os.path.abspath(mj.__file__))
@@ -84,7 +84,7 @@ def test_full_tracebacks_on_request(monkeypatch):
 
 
 def test_internal_failures_keep_their_traceback(monkeypatch):
-    from morphjit import plan
+    from morphjit.backend import plan
     monkeypatch.setattr(pipeline, "make_plan", lambda program: plan.make_plan(None))
     with pytest.raises(AttributeError) as info:
         mj.compile_loss(lambda p: mj.sum(p * p))(np.ones(3))
@@ -119,7 +119,7 @@ def test_plain_python_traceback(tmp_path, full):
     assert err.startswith("Traceback (most recent call last):")
     assert f'File "{script}", line 9, in <module>' in err
     assert f'File "{script}", line 7, in loss' in err
-    assert "morphjit.errors.ShapeError: add: cannot broadcast shapes (4, 3) and (4, 2)" in err
+    assert "morphjit.util.errors.ShapeError: add: cannot broadcast shapes (4, 3) and (4, 2)" in err
     assert f"at {script}:7 in loss" in err
     assert ("array_api.py" in err) == full and ("trace.py" in err) == full
     if not full:

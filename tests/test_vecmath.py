@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit import codegen, vecforms, vecmath
+from morphjit.backend.codegen import writer as codegen
+from morphjit.native import vecforms
+from morphjit.native import vecmath
 
 ULP_BAR = 4.0
 UNARY = ["exp", "log", "log1p", "sin", "cos", "tanh"]
@@ -293,7 +295,7 @@ def test_a_step_agrees_on_both_paths(dtype, monkeypatch):
 
 def test_the_environment_switch_selects_the_scalar_path():
     script = ("import numpy as np, morphjit as mj\n"
-              "from morphjit import vecmath\n"
+              "from morphjit.native import vecmath\n"
               "f = mj.compile_loss(lambda p, x: np.sum(np.exp(p * x)), cache=False)\n"
               "x = np.linspace(0, 1, 256)\n"
               "p = np.array(1.5)\n"
@@ -347,7 +349,7 @@ def test_a_short_loop_of_known_trip_count_vectorises():
 
 
 def test_the_disk_cache_key_follows_the_vector_math_choice(monkeypatch):
-    from morphjit import cache
+    from morphjit.cache import policy as cache
     source = "x = 1\n"
     try:
         cache._versions.cache_clear()
