@@ -140,9 +140,9 @@ def child_compile(n_layers: int, dtype: str) -> None:
     import morphjit as mj
     from morphjit.cache import policy as disk_cache
     from morphjit.backend.codegen import tablegen
-    from morphjit.jit.compiled import arg_spec
+    from morphjit.jit.checks import arg_spec
     from morphjit.jit.pipeline import compile_plan
-    from morphjit.runtime.step import NativeStep
+    from morphjit.runtime import NativeStep
 
     fn, args = mlp(n_layers, dtype)
     t0 = CLOCK()

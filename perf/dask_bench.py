@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 import morphjit as mj
-from morphjit.integrations.dask import ROWS_PER_CALL
+from morphjit.integrations.dask_worker import ROWS_PER_CALL
 
 
 def logistic_nll(beta, x, y):
@@ -153,7 +153,8 @@ def round_trips(client, features, repeat, chunks=10, chunk=1000):
     round trips alone (one task; the graph of per-chunk tasks plus a tree reduction that mj.dask
     sent before its actors), then mj.dask's call (one actor request per worker) and its fallback
     (one task per worker and one adding task)."""
-    from morphjit.integrations.dask import identity, tree_sum
+    from morphjit.integrations.dask_worker import identity
+    from morphjit.integrations.dask import tree_sum
     beta = np.full(features, 0.1)
     loss = mj.dask.dataset_loss(logistic_nll, *cluster_data(chunks * chunk, features, chunk), reduction="sum")
     cases = {

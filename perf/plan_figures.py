@@ -10,10 +10,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import morphjit as mj  # noqa: E402
-from morphjit.transforms import passes  # noqa: E402
-from morphjit.jit.compiled import arg_spec  # noqa: E402
-from morphjit.jit.pipeline import compile_plan, trace_loss  # noqa: E402
-from morphjit.transforms.vjp import vjp  # noqa: E402
+from morphjit.transforms import passes, vjp  # noqa: E402
+from morphjit.jit.checks import arg_spec  # noqa: E402
+from morphjit.jit.pipeline import compile_plan  # noqa: E402
+from morphjit.jit.traced import trace_loss  # noqa: E402
 from models import MODELS  # noqa: E402
 
 ROWS = {"(a) 2-layer relu MLP, softmax CE": "mlp2", "(b) 3-layer tanh MLP, MSE": "mlp3_tanh_mse",

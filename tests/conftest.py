@@ -6,7 +6,7 @@ import numpy as np
 
 import morphjit as mj
 from morphjit.util import pytree
-from morphjit.ir.program import Lit, parse
+from morphjit.ir import Lit, parse
 
 # Compiled steps go to a cache inside the checkout, never the user's own cache; re-runs reuse it.
 os.environ.setdefault("MORPHJIT_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "morphjit"))

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import morphjit as mj
 from morphjit.util import pytree
-from morphjit.jit.compiled import batched_leaves
+from morphjit.jit.callsite import batched_leaves
 from morphjit.api.indexing import NUMPY_ARANGE
-from morphjit.ir.program import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
+from morphjit.ir import BATCH_SIZE, Specialize, Sym, evaluate, parse, upper_bound
 from models import MODELS
 from strategies import random_programs
 

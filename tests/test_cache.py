@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from morphjit.cache.policy import CacheWarning, cache_info, clear_cache, load_module, loaded_from_disk
+from morphjit.cache.store import CacheWarning
+from morphjit.cache import cache_info, clear_cache, load_module, loaded_from_disk
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,10 +6,8 @@ import time
 
 import pytest
 
-from morphjit.cache import policy as disk_cache
-from morphjit.cache import store as cache_store
+from morphjit.cache import cache_info, load_module, policy as disk_cache, prune_cache, store as cache_store
 from morphjit.__main__ import main
-from morphjit.cache.policy import cache_info, load_module, prune_cache
 from test_cache import PROGRAM, run_step
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from morphjit.cache import policy as disk_cache
-from morphjit.cache.policy import CacheWarning, cache_dir, load_module, loaded_from_disk
+from morphjit.cache.store import CacheWarning
+from morphjit.cache import cache_dir, load_module, loaded_from_disk, policy as disk_cache
 from test_cache import PROGRAM, REPO_ROOT, numba_file, run_step
 
 NOBODY = 65534

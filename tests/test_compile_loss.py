@@ -293,7 +293,7 @@ def test_where_branch_gradients_do_not_flow_into_data():
 
 
 def test_loss_seed_is_a_literal():
-    from morphjit.transforms.vjp import vjp
+    from morphjit.transforms import vjp
 
     w = np.linspace(0.5, 2.0, 4)
     step = mj.compile_loss(lambda w: 3.0 * mj.sum(w * w), backend=BACKEND)

@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit.jit import explain as explain_module
-from morphjit.jit import feedback
-from morphjit.jit import pipeline
+from morphjit.jit import explain as explain_module, feedback, pipeline
 from models import MODELS
 
 STAGES = ["trace", "vjp", "passes", "lower", "plan", "codegen", "load", "numba"]

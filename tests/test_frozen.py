@@ -9,7 +9,7 @@ import pytest
 
 import morphjit as mj
 from morphjit.tracing.twice import first_difference
-from morphjit.tracing.tracer import trace
+from morphjit.tracing import trace
 
 RS = np.random.RandomState(0)
 COUNTER = np.zeros(1)

@@ -17,11 +17,9 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit.api import core as A
-from morphjit.api import draw_checks as checks
+from morphjit.api import bind as apply, core as A, draw_checks as checks
 from morphjit.api.custom import is_user_op
-from morphjit.ops.linalg import apply
-from morphjit.ops.core import OPS
+from morphjit.ir import OPS
 
 from gradcheck import AG, AG_SCIPY_LINALG, check_against_autograd, check_vjp_fd
 

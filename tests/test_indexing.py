@@ -13,7 +13,7 @@ import morphjit as mj
 from morphjit.util import pytree
 from morphjit.runtime.interp import run_plan
 from morphjit.api.indexing import NUMPY_ARANGE
-from morphjit.backend.plan import range_checks
+from morphjit.backend import range_checks
 
 from gradcheck import check_loss_grads_fd
 from test_ops import advanced_index, rand_shape

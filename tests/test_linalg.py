@@ -17,7 +17,7 @@ import scipy.linalg as sl
 
 import morphjit as mj
 from morphjit.api import linalg as la
-from morphjit.ops.core import LINALG, OPS
+from morphjit.ir import LINALG, OPS
 
 from gradcheck import check_loss_grads_fd
 

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit.runtime import kernels
-from morphjit.jit import pipeline
+from morphjit.runtime import kernels, loading
 from morphjit.jit.explain import namespace
 from morphjit.runtime.step import VIEWS_KEPT
 from models import MODELS, deep_mlp
@@ -42,8 +41,8 @@ def generated_modules():
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_a_deleted_program_leaves_no_module_dispatcher_or_source_behind(cache, monkeypatch):
-    monkeypatch.setattr(pipeline, "RECENT_KERNELS", 0)   # none kept for a re-run notebook cell
-    monkeypatch.setattr(pipeline, "_recent_kernels", OrderedDict())
+    monkeypatch.setattr(loading, "RECENT_KERNELS", 0)   # none kept for a re-run notebook cell
+    monkeypatch.setattr(loading, "_recent_kernels", OrderedDict())
     fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
     before, lines_before = set(generated_modules()), set(linecache.cache)
     loss = mj.compile_loss(fn, cache=cache)
@@ -76,8 +75,8 @@ def kernels_of(compiled) -> list:
 def kept(monkeypatch):
     """``kept(n)``: from now on, the kernels no step holds that stay loaded are the ``n`` loaded
     last (and no disk-cached step is kept for a re-run)."""
-    monkeypatch.setattr(pipeline, "RECENT_KERNELS", 0)
-    pipeline._recent_kernels.clear()   # (steps and kernels kept by the tests before: let them go)
+    monkeypatch.setattr(loading, "RECENT_KERNELS", 0)
+    loading._recent_kernels.clear()   # (steps and kernels kept by the tests before: let them go)
 
     def keep(n):
         monkeypatch.setattr(kernels, "KEPT", n)

@@ -13,7 +13,7 @@ import scipy.special as sp
 
 import morphjit as mj
 from morphjit.api.custom import is_user_op
-from morphjit.ops.core import LINALG, OPS
+from morphjit.ir import LINALG, OPS
 
 import limits
 import test_ops

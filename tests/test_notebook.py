@@ -184,7 +184,7 @@ def test_errors_point_at_the_cell(kernel):
     tb = ANSI.sub("", "\n".join(reply["traceback"]))
     assert "return mj.mean(h + x)" in tb and "broken(params, x, y)" in tb
     assert re.search(r"Cell In\[\d+\], line 4", tb), tb                 # the offending line of the cell
-    for internal in ("array_api.py", "trace.py", "compiler.py", "site-packages/numpy"):
+    for internal in ("api/core.py", "tracing/tracer.py", "jit/compiled.py", "site-packages/numpy"):
         assert internal not in tb, f"{internal} shown in:\n{tb}"
     assert "skipping hidden 2 frame" in tb
     assert re.search(r"at Cell In\[\d+\], line 4 in broken: return mj.mean\(h \+ x\)", reply["evalue"]), reply["evalue"]

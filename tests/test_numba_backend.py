@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import morphjit as mj
 from morphjit.util import pytree
 from morphjit.api.custom import is_user_op
-from morphjit.ops.core import LINALG, OPS
+from morphjit.ir import LINALG, OPS
 
 from models import MODELS, deep_mlp
 from strategies import random_programs
@@ -439,7 +439,7 @@ def test_a_program_whose_constants_are_not_c_contiguous_runs_right():
     """A program not made by tracing (a pass, or by hand) may hold a constant in any layout: the
     step reads it as NumPy does."""
     from morphjit.jit.pipeline import BACK, Build, run
-    from morphjit.runtime.step import NativeStep
+    from morphjit.runtime import NativeStep
 
     rng = np.random.default_rng(14)
     W, x = rng.standard_normal((4, 3)), rng.standard_normal((5, 3))

@@ -18,14 +18,10 @@ import scipy.linalg
 import scipy.special as sp
 
 import morphjit as mj
-from morphjit.api import core as array_api
-from morphjit.api import indexing as numpy_index
-from morphjit.api import random as random_draws
-from morphjit.api import stride_tricks
-from morphjit.ir.program import DTYPES_BY_NAME, dtype_name
+from morphjit.api import bind as apply, core as array_api, indexing as numpy_index, stride_tricks
+from morphjit.native import random as random_draws
+from morphjit.ir import DTYPES_BY_NAME, OPS, dtype_name
 from morphjit.api.custom import is_user_op
-from morphjit.ops.linalg import apply
-from morphjit.ops.core import OPS
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
 

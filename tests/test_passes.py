@@ -11,13 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
-from morphjit.jit import compiled as compiler
-from morphjit.transforms import passes
-from morphjit.jit import pipeline
-from morphjit.util.errors import MorphjitError
-from morphjit.ir.program import Binding, Lit, Program, TensorType, Var, VerifyError, params_of, parse
-from morphjit.ops.core import OPS
-from morphjit.transforms.vjp import vjp
+from morphjit.jit import checks, traced
+from morphjit.transforms import passes, rewrites, vjp
+from morphjit.util import MorphjitError
+from morphjit.ir import Binding, Lit, OPS, Program, TensorType, Var, params_of, parse
+from morphjit.ir.program import VerifyError
 
 from models import MODELS
 from strategies import random_programs as random_losses
@@ -36,7 +34,7 @@ def text(program_text: str) -> str:
 
 def simplified(program: Program) -> Program:
     """``simplify`` then ``dce``, so golden texts show only what is live."""
-    return passes.dce(passes.simplify(program))
+    return passes.dce(rewrites.simplify(program))
 
 
 def check_golden(run_pass, before: str, after: str):
@@ -424,7 +422,7 @@ def test_simplify(before, after):
 
 
 def test_simplify_leaves_replaced_bindings_for_dce():
-    check_golden(passes.simplify, """
+    check_golden(rewrites.simplify, """
         in v0:f64[3]
           v1:f64[3] = neg v0
           v2:f64[3] = neg v1
@@ -446,7 +444,7 @@ def test_simplify_reuses_untouched_bindings():
           v3:f64[3] = log v2
         out v3
     """))
-    result = passes.simplify(program)
+    result = rewrites.simplify(program)
     assert result.bindings[0] is program.bindings[0]
     assert result.bindings[1].out is program.bindings[2].out  # rebuilt, same value
     assert result.bindings[1].inputs[0] is program.bindings[0].out
@@ -456,9 +454,9 @@ def test_a_rule_that_changes_the_type_is_caught(monkeypatch):
     def sum_is_its_operand(b, producer):
         return b.inputs[0]
 
-    monkeypatch.setitem(passes.RULES, "sum", (sum_is_its_operand,))
+    monkeypatch.setitem(rewrites.RULES, "sum", (sum_is_its_operand,))
     with pytest.raises(AssertionError, match="sum_is_its_operand rewrote .* into a value of type f64\\[3\\]"):
-        passes.simplify(parse(text("""
+        rewrites.simplify(parse(text("""
             in v0:f64[3]
               v1:f64[] = sum v0 axes=(0,)
             out v1
@@ -546,7 +544,7 @@ def test_dce():
     """)
 
 
-@pytest.mark.parametrize("run_pass", [passes.simplify, passes.cse, passes.dce, passes.optimize])
+@pytest.mark.parametrize("run_pass", [rewrites.simplify, passes.cse, passes.dce, passes.optimize])
 def test_pass_returns_its_argument_when_nothing_changes(run_pass):
     program = parse(text("""
         in v0:f64[2,3]
@@ -616,8 +614,8 @@ def test_verify_switch_catches_a_broken_pass(monkeypatch):
 
 def unoptimized_joint_program(fn, *args):
     """The joint program as ``vjp`` leaves it (dead code dropped), and the flat inputs."""
-    spec, leaves = compiler.arg_spec(fn, args, 0)
-    return passes.dce(vjp(pipeline.trace_loss(fn, args, spec), spec.wrt)), leaves
+    spec, leaves = checks.arg_spec(fn, args, 0)
+    return passes.dce(vjp(traced.trace_loss(fn, args, spec), spec.wrt)), leaves
 
 
 def assert_same_results(before: Program, after: Program, inputs):
@@ -639,7 +637,7 @@ def assert_same_results(before: Program, after: Program, inputs):
 
 def assert_passes_keep_meaning(program: Program, inputs):
     """Every pass (and the pipeline) verifies, keeps the results and is idempotent."""
-    for run_pass in (passes.simplify, passes.cse, passes.dce, passes.optimize):
+    for run_pass in (rewrites.simplify, passes.cse, passes.dce, passes.optimize):
         after = run_pass(program).verify()
         assert_same_results(program, after, inputs)
         assert run_pass(after) is after, f"{run_pass.__name__} is not idempotent on\n{program}"

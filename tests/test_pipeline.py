@@ -2,9 +2,8 @@
 import numpy as np
 
 import morphjit as mj
-from morphjit.jit import explain
-from morphjit.jit import pipeline
-from morphjit.jit.compiled import arg_spec
+from morphjit.jit import explain, pipeline
+from morphjit.jit.checks import arg_spec
 from morphjit.jit.train import training_stages
 
 

@@ -4,11 +4,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import morphjit as mj
-from morphjit.backend.codegen.writer import KernelWriter, StepWriter, in_kernel
+from morphjit.backend.codegen.kernel import KernelWriter
+from morphjit.backend.codegen.step import StepWriter, in_kernel
 from morphjit.backend.memory import storage, writes_reach_one_pointer
 from morphjit.jit.pipeline import compile_plan
 from morphjit.runtime.interp import run_plan
-from morphjit.backend.plan import Alias, make_plan
+from morphjit.backend import make_plan
+from morphjit.ir import Alias
 
 from models import MODELS
 from strategies import random_programs
@@ -262,9 +264,10 @@ def test_make_plan_wants_a_lowered_program():
 
 
 def test_loop_ir_expressions_walk_and_rebuild_one_way():
-    from morphjit.ir.index import IndexMap
-    from morphjit.ir.program import TensorType, Var
-    from morphjit.ir.loop import Acc, Apply, Const, Load, OneHot, loads, replace_loads, walk
+    from morphjit.ir import IndexMap
+    from morphjit.ir import TensorType, Var
+    from morphjit.ir import Acc, Apply, Const, Load, OneHot, loads, replace_loads
+    from morphjit.ir.loops import walk
 
     x, labels = Var(TensorType((3,), np.float64)), Var(TensorType((3,), np.int64))
     at = IndexMap.identity(1)
@@ -292,7 +295,7 @@ def test_the_rewrites_are_a_named_list_and_dump_like_the_passes(monkeypatch, cap
 
 
 def test_every_op_record_says_how_the_loop_backends_select_it():
-    from morphjit.ops.core import ELEMENTWISE, OPS, STRUCTURAL, VIEW
+    from morphjit.ir import ELEMENTWISE, OPS, STRUCTURAL, VIEW
 
     for name, op in OPS.items():
         if op.kind == VIEW:
@@ -308,8 +311,8 @@ def test_every_op_record_says_how_the_loop_backends_select_it():
 def test_a_view_reads_through_the_index_map_of_its_op_record(monkeypatch):
     from dataclasses import replace
 
-    from morphjit.ir.index import transpose_map
-    from morphjit.ops.core import OPS
+    from morphjit.ir import transpose_map
+    from morphjit.ir import OPS
 
     def f(a):
         return mj.sum(mj.exp(a.T))

@@ -13,6 +13,7 @@ import pytest
 import scipy.stats as st
 
 import morphjit as mj
+from morphjit.native import seed_of
 from morphjit.runtime.interp import run_plan
 
 N = 20_000
@@ -614,13 +615,13 @@ BIT_GENERATOR_IDS = ["MT19937", "PCG64", "PCG64DXSM", "Philox", "SFC64", "Random
 @pytest.mark.parametrize("make", BIT_GENERATORS, ids=BIT_GENERATOR_IDS)
 def test_the_seed_of_a_call_spans_64_bits_of_every_bit_generator(make):
     generator = make(7)
-    seeds = np.array([mj.random.seed_of(generator)[0] for _ in range(256)]).view(np.uint64)
+    seeds = np.array([seed_of(generator)[0] for _ in range(256)]).view(np.uint64)
     high = seeds >> np.uint64(32)
     assert len(set(high.tolist())) > 250                    # the high 32 bits vary
     bits = (seeds[:, None] >> np.arange(64, dtype=np.uint64)) & np.uint64(1)
     assert np.all(np.abs(bits.mean(axis=0) - 0.5) < 0.15)   # every one of the 64 bits is random
     again = make(7)
-    np.testing.assert_array_equal([mj.random.seed_of(again)[0] for _ in range(256)], seeds.view(np.int64))
+    np.testing.assert_array_equal([seed_of(again)[0] for _ in range(256)], seeds.view(np.int64))
 
 
 @pytest.mark.parametrize("make", BIT_GENERATORS, ids=BIT_GENERATOR_IDS)

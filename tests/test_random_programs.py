@@ -116,7 +116,7 @@ def test_random_program_traces_to_a_valid_joint_program(example):
 
 def test_strategy_reaches_every_op_family():
     """The strategy produces every differentiable primitive (so the properties above cover them)."""
-    from morphjit.ops.core import LINALG, OPS
+    from morphjit.ir import LINALG, OPS
     seen: set[str] = set()
 
     @settings(max_examples=1500, deadline=None, database=None, derandomize=True,

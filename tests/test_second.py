@@ -19,9 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import morphjit as mj
-from morphjit.api.core import bind
-from morphjit.ops.core import ELEMENTWISE, OPS, defop, elementwise_rule
-from morphjit.ir.program import TYPE_RULES
+from morphjit.api import bind
+from morphjit.ir import ELEMENTWISE, OPS, defop, elementwise_rule
 
 from gradcheck import AutogradNS, flat_leaves, unflatten_like
 from strategies import random_programs
@@ -133,7 +132,7 @@ def test_an_op_without_a_vjp_rule_on_a_differentiated_value_is_refused():
             mj.compile_loss(loss, backend="interp")(np.ones(3))
         assert "test_second.py" in str(info.value)   # the user's line
     finally:
-        del OPS["floor_without_vjp"], TYPE_RULES["floor_without_vjp"]
+        del OPS["floor_without_vjp"]
 
 
 # ---------------------------------------------------------------------------------------------

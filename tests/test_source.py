@@ -1,7 +1,7 @@
 """The source builder: scoped indentation, pre-indented blocks."""
 import pytest
 
-from morphjit.util.source import Source
+from morphjit.util import Source
 
 
 def test_indent_scopes_nest_and_close():

@@ -17,10 +17,8 @@ import warnings
 import numpy as np
 import pytest
 
-from morphjit.native import npymath
-from morphjit.native import vecmath
-from morphjit.ir.program import Constants, TensorType, dtype_name
-from morphjit.ops.core import ELEMENTWISE, OPS
+from morphjit.native import npymath, vecmath
+from morphjit.ir import Constants, ELEMENTWISE, OPS, TensorType, dtype_name
 
 F32, F64, I32, I64, BOOL = (np.dtype(t) for t in (np.float32, np.float64, np.int32, np.int64, np.bool_))
 FLOATS, INTS = (F32, F64), (I32, I64)

@@ -2,7 +2,7 @@
 
 The NumPy cases are ordinary NumPy functions: each one is traced and run, and compared with
 the same function called on the concrete arrays. A test fails when a NumPy function of the
-dispatch tables (``array_api.UFUNCS`` / ``FUNCTIONS``) is not reached by any case.
+dispatch tables (``dispatch.UFUNCS`` / ``FUNCTIONS``) is not reached by any case.
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import scipy.special as sp
 import pytest
 
 import morphjit as mj
-from morphjit.api import core as array_api
-from morphjit.api import indexing as numpy_index
+from morphjit.api import dispatch, indexing as numpy_index
 from morphjit.util import pytree
-from morphjit.ir.program import Binding, Lit, Program, TensorType, Var, VerifyError, parse
+from morphjit.ir import Binding, Lit, Program, TensorType, Var, parse
+from morphjit.ir.program import VerifyError
 
 from conftest import assert_like_numpy, magnitude, ops_of, trace_checked, trace_run
 
@@ -181,7 +181,7 @@ def test_numpy_code_traces_like_numpy(name, dtype, seed):
 
 def test_every_numpy_dispatch_entry_has_a_case(monkeypatch):
     seen = set()
-    ufunc, function = array_api.apply_ufunc, array_api.apply_function
+    ufunc, function = dispatch.apply_ufunc, dispatch.apply_function
 
     def record_ufunc(uf, method, inputs, kwargs):
         seen.add(uf)
@@ -191,12 +191,12 @@ def test_every_numpy_dispatch_entry_has_a_case(monkeypatch):
         seen.add(func)
         return function(func, args, kwargs)
 
-    monkeypatch.setattr(array_api, "apply_ufunc", record_ufunc)
-    monkeypatch.setattr(array_api, "apply_function", record_function)
+    monkeypatch.setattr(dispatch, "apply_ufunc", record_ufunc)
+    monkeypatch.setattr(dispatch, "apply_function", record_function)
     for name in NUMPY_CASES:
         fn, args = _args(name, F32, 0)
         mj.trace(fn, *args)
-    missing = sorted(f.__name__ for f in set(array_api.UFUNCS) | set(array_api.FUNCTIONS) if f not in seen)
+    missing = sorted(f.__name__ for f in set(dispatch.UFUNCS) | set(dispatch.FUNCTIONS) if f not in seen)
     assert not missing, f"NumPy functions with a dispatch rule but no case in NUMPY_CASES: {missing}"
 
 

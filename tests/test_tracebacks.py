@@ -51,8 +51,8 @@ def test_trimmed_to_the_users_frames(fn, error):
         mj.compile_loss(fn)(*ARGS)
     frames = frames_of(info.value)
     internal = [(f, name) for f, name in frames if f.startswith(PACKAGE)]
-    assert internal == [(os.path.join(PACKAGE, "compiler.py"), "__call__"),
-                        (os.path.join(PACKAGE, "compiler.py"), "_step")]
+    assert internal == [(os.path.join(PACKAGE, "jit", "compiled.py"), "__call__"),
+                        (os.path.join(PACKAGE, "jit", "compiled.py"), "_step")]
     assert frames[-1] == (HERE, fn.__name__)
     assert traceback.extract_tb(info.value.__traceback__)[-1].lineno == marked_line(fn)
     assert not any("numpy" in f for f, _ in frames)
@@ -72,7 +72,7 @@ def test_other_entry_points_are_trimmed_too():
         with pytest.raises(mj.ShapeError) as info:
             method(*ARGS)
         assert frames_of(info.value)[-1] == (HERE, "bad_broadcast")
-        assert not any(f.endswith(("trace.py", "array_api.py")) for f, _ in frames_of(info.value))
+        assert not any(f.endswith(("tracing/tracer.py", "api/core.py")) for f, _ in frames_of(info.value))
 
 
 def test_full_tracebacks_on_request(monkeypatch):
@@ -80,7 +80,7 @@ def test_full_tracebacks_on_request(monkeypatch):
     with pytest.raises(mj.ShapeError) as info:
         mj.compile_loss(bad_broadcast)(*ARGS)
     files = [os.path.basename(f) for f, _ in frames_of(info.value)]
-    assert "trace.py" in files and "array_api.py" in files
+    assert "tracer.py" in files and "core.py" in files
 
 
 def test_internal_failures_keep_their_traceback(monkeypatch):
@@ -121,7 +121,7 @@ def test_plain_python_traceback(tmp_path, full):
     assert f'File "{script}", line 7, in loss' in err
     assert "morphjit.util.errors.ShapeError: add: cannot broadcast shapes (4, 3) and (4, 2)" in err
     assert f"at {script}:7 in loss" in err
-    assert ("array_api.py" in err) == full and ("trace.py" in err) == full
+    assert ("api/core.py" in err) == full and ("tracing/tracer.py" in err) == full
     if not full:
         assert err.count('File "') == 4  # the call, __call__, _step (the re-raise), the user's line
         assert "MORPHJIT_TRACEBACK=full" in err  # the re-raising line says how to see everything

@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 
 import morphjit as mj
-from morphjit.backend.codegen import writer as codegen
-from morphjit.native import vecforms
-from morphjit.native import vecmath
+from morphjit.backend.codegen import step as step_writer, writer
+from morphjit.native import vecforms, vecmath
 
 ULP_BAR = 4.0
 UNARY = ["exp", "log", "log1p", "sin", "cos", "tanh"]
@@ -92,7 +91,7 @@ def compiled_loop(name: str):
         def loop(x, out):
             for i in range(out.size):
                 out[i] = function(x[i])
-    return numba.njit(fastmath=codegen.FASTMATH)(loop)
+    return numba.njit(fastmath=writer.FASTMATH)(loop)
 
 
 def run(name: str, *operands: np.ndarray) -> tuple[np.ndarray, str]:
@@ -189,12 +188,12 @@ def test_float32_pow_within_the_ulp_bar_where_our_form_computes_it():
 @needs_libmvec
 @pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])
 def test_sin_and_cos_of_one_argument_are_one_call(dtype):
-    @numba.njit(fastmath=codegen.FASTMATH)
+    @numba.njit(fastmath=writer.FASTMATH)
     def both(x, out):
         for i in range(out.size):
             out[i] = vecmath.sin_paired(x[i]) * vecmath.cos_paired(x[i])
 
-    @numba.njit(fastmath=codegen.FASTMATH)
+    @numba.njit(fastmath=writer.FASTMATH)
     def one(x, out):
         for i in range(out.size):
             out[i] = vecmath.sin_paired(x[i])
@@ -329,16 +328,16 @@ def test_a_loop_writing_in_place_reads_and_writes_one_name():
     step = mj.compile_loss(lambda w, x: np.sum(np.tanh(x @ w)), cache=False)
     w, x = np.ones((8, 16)), np.ones((32, 8))
     plan = step.explain(w, x).plan
-    pairs = list(codegen.same_views(plan))
+    pairs = list(step_writer.same_views(plan))
     assert pairs
-    source, _ = codegen.render(plan)
+    source, _ = step_writer.render(plan)
     # the tanh kernel reads and stores one array (its parameter for both values)
     assert re.search(r"t\d+ = (a\d+)\[i0, i1\]\n(?:.*\n)*?\s+\1\[i0, i1\] = t\d+\n", source), source
 
 
 @needs_libmvec
 def test_a_short_loop_of_known_trip_count_vectorises():
-    @numba.njit(fastmath=codegen.FASTMATH)
+    @numba.njit(fastmath=writer.FASTMATH)
     def rows(x, out):
         for i in range(x.shape[0]):
             for j in range(32):

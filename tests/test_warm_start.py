@@ -10,7 +10,7 @@ CHILD = textwrap.dedent("""
     t0 = time.perf_counter()
     import numpy as np
     import morphjit as mj
-    from morphjit import kernels
+    from morphjit.runtime import kernels
     sys.path.insert(0, {tests!r})
     from models import MODELS
     fn, args = MODELS["mlp2"](np.float64)

@@ -1,12 +1,13 @@
-"""Convolutions and pooling, over the window views of ``morphjit.stride_tricks``.
+"""Convolutions and pooling, over the window views of ``morphjit.api.stride_tricks``.
 
 A convolution is a window view followed by a contraction, in one of two forms chosen per shape:
 ``gemm`` copies the windows into an im2col buffer and multiplies it with the weights by one GEMM
 (the bias and activation then run over its result), ``direct`` multiplies and sums inside one
 loop nest that reads ``x`` through the window map (no copy; small channel counts, depthwise).
 The plan (``loss.explain``) shows which: a ``gemm`` reading the copied windows, or a ``reduce``
-nest. Max pooling is the op ``window_max`` (the maximum over the window axes) whose gradient goes
-to the first maximal element of each window in row-major order, as in PyTorch.
+nest. Max pooling is the op ``window_max`` (the maximum over the window axes, in
+``morphjit.ops.windows``) whose gradient goes to the first maximal element of each window in
+row-major order, as in PyTorch.
 """
 from __future__ import annotations
 
@@ -14,44 +15,15 @@ import math
 
 import numpy as np
 
+from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
-from .einsum import einsum
-from ..util.errors import ShapeError, UnsupportedError, user_location
-from ..ir.program import TensorType
+from .contractions import einsum
 from .indexing import getitem
-from ..ops.core import COMPOSITE, defop, reduced_shape
-from .stride_tricks import unwindow, window, window_rule, window_values, windows
-
-# ---------------------------------------------------------------------------------------------
-# Max pooling's op: the maximum over the window axes
-
-def _window_max_rule(types, shape, coeffs, axes):
-    window_rule(types, shape, coeffs)
-    return TensorType(reduced_shape(shape, axes), types[0].dtype)
-
-
-def _window_max_vjp(g, ans, x, shape, coeffs, axes):
-    """The first maximal element of each window (row-major; a NaN counts as maximal) takes the
-    cotangent, as PyTorch's max pooling does."""
-    xw = window(x, shape, coeffs)
-    keep = tuple(1 if k in axes else d for k, d in enumerate(shape))
-    top = A.reshape(ans, keep)
-    position = np.arange(math.prod(shape[k] for k in axes), dtype=x.dtype).reshape(
-        tuple(shape[k] if k in axes else 1 for k in range(len(shape))))
-    hit = A.logical_or(A.equal(xw, top), A.not_equal(xw, xw))
-    first = A.extremum("min", A.where(hit, position, np.inf), axes, keepdims=True)
-    routed = A.where(A.equal(position, first), A.reshape(g, keep), 0.0)
-    return (unwindow(routed, x.shape, coeffs),)
-
-
-defop("window_max", COMPOSITE, _window_max_rule,
-      lambda x, shape, coeffs, axes: np.max(window_values(x, shape, coeffs), axis=axes), _window_max_vjp,
-      lower=lambda x, shape, coeffs, axes: A.extremum("max", window(x, shape, coeffs), axes, keepdims=False))
-
-
+from .stride_tricks import unwindow, window, window_values, windows
 
 # ---------------------------------------------------------------------------------------------
 # Argument helpers
+
 
 def _per_axis(values, spatial, ndim: int) -> tuple[int, ...]:
     """Per-spatial-axis ``values`` as one value per axis of an ``ndim``-axis array (1 elsewhere)."""
@@ -367,5 +339,4 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, l
     counts = window_values(inside, spatial_shape, spatial_coeffs).sum(axis=(2, 3))
     counts = counts.reshape(counts.shape + (1,)) if spatial[0] == 1 else counts
     return A.divide(total, counts.astype(A.dtype_of(x)))
-
 

@@ -4,31 +4,25 @@ Each function normalises its arguments the way NumPy does (dtype promotion with 
 as weak types, negative axes, ``keepdims``, 1-D matmul operands, ``-1`` in reshapes) and then
 binds primitives of the op table. On traced values they record bindings; on concrete arrays they
 compute eagerly with the same reference implementations, so ``mj.relu(a)`` also works outside a
-traced function. Plain NumPy calls on tracers arrive here through ``apply_ufunc`` and
-``apply_function``. Indexing (``x[key]``, ``mj.at``, ``take``) is built on these functions in
-``numpy_index``; the other NumPy and SciPy families in their own modules (see the README).
+traced function. Plain NumPy calls on tracers arrive here through the NumPy dispatch
+(``dispatch``; `UFUNCS` and `FUNCTIONS` are this family's entries). Indexing (``x[key]``,
+``mj.at``, ``take``) is built on these functions in ``indexing``; the other NumPy and SciPy
+families in their own modules (see the README).
 
 One module by design: it is the core the rest is written with (the functions the tracer's
-operators and the op table's VJP and lowering rules call, the ufunc and function tables that plain
-NumPy calls on tracers dispatch through). When it loads, it installs itself in both
-(``use_array_functions``).
+operators, the other families and the op table's VJP and lowering rules call).
 """
 from __future__ import annotations
 
 import builtins
-import difflib
 import math
-import sys
 
 import numpy as np
 
-from ..util.errors import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
-from ..ir.program import Lit, Sym, dtype_name, is_float
-from ..ops import gathers
-from ..ops import core as ops
-from ..tracing import tracer as trace
-from ..ops.core import OPS, broadcast_shapes, keepdims_shape, slice_shape
-from ..tracing.tracer import SUPPORTED_DTYPES, Tracer
+from ..ir import (OPS, Lit, Sym, broadcast_shapes, dtype_name, empty_reduction_error, is_float, keepdims_shape,
+                  slice_shape)
+from ..tracing import SUPPORTED_DTYPES, Tracer, tracer as trace
+from ..util import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
 
 _WEAK_PROTOTYPES = {"b": False, "i": 0, "u": 0, "f": 0.0}
 NOT_GIVEN = np._NoValue   # NumPy's default of the keywords its functions pass on only when given
@@ -118,6 +112,7 @@ def _as_array(x):
 
 # ---------------------------------------------------------------------------------------------
 # Element-wise functions
+
 
 def _elementwise(op_name: str, floating: bool = False):
     def fn(*args):
@@ -276,6 +271,7 @@ def _bound(name: str, old, new):
 # ---------------------------------------------------------------------------------------------
 # Reductions
 
+
 def normalize_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
     """NumPy's ``axis`` argument (None, int or tuple, negatives allowed) as sorted axes."""
     if axis is None:
@@ -323,11 +319,11 @@ def _reduce(op_name: str, x, axis, keepdims: bool, **params):
 def _extremum(op_name: str, x, axis, keepdims: bool, empty: str | None = None):
     """``max`` or ``min``; ``empty`` names the user's function, whose error (NumPy's) a reduction
     over no element raises: when tracing, or when the step runs where the number of elements
-    reduced depends on the batch size (see ``ops.EMPTY_REDUCTION``)."""
+    reduced depends on the batch size (see ``ir.rules.EMPTY_REDUCTION``)."""
     x = _as_array(x)
     count = math.prod(x.shape[a] for a in normalize_axes(op_name, axis, x.ndim))
     if empty and count == 0:
-        raise ShapeError(ops.empty_reduction_error(empty), user_location())
+        raise ShapeError(empty_reduction_error(empty), user_location())
     return _reduce(op_name, x, axis, keepdims, **({"empty": empty} if empty and isinstance(count, Sym) else {}))
 
 
@@ -427,6 +423,7 @@ def min(a, axis=None, out=None, keepdims=False, initial=NOT_GIVEN, where=True):
 
 # ---------------------------------------------------------------------------------------------
 # Views
+
 
 def reshape(a, shape, order="C", *, copy=None):
     """NumPy's reshape in order 'C' (a traced array has no layout: ``copy`` changes nothing)."""
@@ -561,6 +558,7 @@ def _argument_names(index) -> tuple[str, ...]:
 # ---------------------------------------------------------------------------------------------
 # Matmul and joining
 
+
 def matmul(a, b):
     """NumPy's matmul: 1-D operands are promoted to matrices and the added axis removed."""
     _, (a, b) = _promote([_as_array(a), _as_array(b)], floating=True)
@@ -621,6 +619,7 @@ def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
 # ---------------------------------------------------------------------------------------------
 # Sources
 
+
 def full(shape, fill_value, dtype=None, like=None):
     """An array of ``fill_value``; traced (inside ``like``'s trace) when ``like`` is a trace."""
     shape = _extents(shape)
@@ -654,6 +653,7 @@ def one_hot(labels, depth: int, dtype=np.float64):
 
 # ---------------------------------------------------------------------------------------------
 # Stable composites
+
 
 def _float_array(op: str, x):
     x = _as_array(x)
@@ -691,7 +691,7 @@ def softmax_cross_entropy(logits, labels):
 
 
 # ---------------------------------------------------------------------------------------------
-# NumPy dispatch: plain NumPy calls on tracers
+# This family's entries of the NumPy dispatch (``dispatch``)
 
 UFUNCS = {
     np.add: add, np.subtract: subtract, np.multiply: multiply, np.divide: divide,
@@ -713,41 +713,7 @@ FUNCTIONS = {
 }
 
 
-def apply_ufunc(ufunc, method, inputs, kwargs):
-    if method != "__call__" or kwargs:
-        what = f"np.{ufunc.__name__}.{method}" if method != "__call__" else \
-            f"np.{ufunc.__name__}(..., {', '.join(f'{k}=' for k in kwargs)})"
-        raise UnsupportedError(f"{what} is not supported on traced arrays", user_location())
-    if ufunc not in UFUNCS:
-        raise unsupported_error(ufunc)
-    return UFUNCS[ufunc](*inputs)
-
-
-def apply_function(func, args, kwargs):
-    if func not in FUNCTIONS:
-        raise unsupported_error(func)
-    return FUNCTIONS[func](*args, **kwargs)
-
-
-def dispatch_path(func) -> str:
-    """How users spell a NumPy or SciPy function: ``np.exp``, ``np.linalg.norm``, ``scipy.special.erf``."""
-    name = func.__name__
-    if isinstance(func, np.ufunc):
-        return f"np.{name}" if getattr(np, name, None) is func else f"scipy.special.{name}"
-    module = getattr(func, "__module__", None) or "numpy"
-    prefix = "np" + module[len("numpy"):] if module.startswith("numpy") else module
-    return f"{prefix}.{name}"
-
-
-def unsupported_error(func) -> UnsupportedError:
-    """The function by its path, and the nearest supported spelling where there is one."""
-    supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
-    nearest = difflib.get_close_matches(func.__name__, supported, n=1)
-    hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
-    return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
-
-
-# What modules adding op families (numpy_ext, special) build their functions with.
+# What the other families build their functions with.
 bind = _apply
 promote = _promote
 result_dtype = _result_dtype
@@ -763,6 +729,3 @@ extremum = _extremum
 masked = _masked
 with_initial = _with_initial
 elementwise_function = _elementwise
-
-ops.use_array_functions(sys.modules[__name__])
-trace.use_array_functions(sys.modules[__name__])

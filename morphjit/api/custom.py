@@ -1,22 +1,20 @@
 """Autodiff helpers users expect from JAX: ``stop_gradient`` and ``custom_vjp``.
 
-``stop_gradient`` is an identity op whose VJP is zero. A ``custom_vjp`` function becomes an op of
-its own (a composite): its shape rule traces the function, its reference runs it on NumPy
-arrays, its lowering traces it into the caller's program, and its VJP is the user's backward
-rule, traced into the same program as everything else.
+``stop_gradient`` binds an identity op whose VJP is zero (``morphjit.ops.custom``). A
+``custom_vjp`` function becomes an op of its own (a composite, declared here when the function
+gets its rule): its shape rule traces the function, its reference runs it on NumPy arrays, its
+lowering traces it into the caller's program, and its VJP is the user's backward rule, traced
+into the same program as everything else.
 """
 from __future__ import annotations
 
 import functools
 import itertools
 
+from ..ir import COMPOSITE, Var, defop
+from ..tracing import Trace, Tracer
+from ..util import TracingError, user_location
 from . import core as A
-from ..util.errors import TracingError, user_location
-from ..ir.program import Var
-from ..ops.core import ANY, COMPOSITE, defop, elementwise
-from ..tracing.tracer import Trace, Tracer
-
-elementwise("stop_gradient", lambda x: x, lambda K, x: x, lambda g, ans, x: (None,), kinds=ANY)
 
 
 def stop_gradient(x):

@@ -1,9 +1,10 @@
-"""The arguments of a random draw, checked as NumPy checks them (for ``rng.py``'s traced
+"""The arguments of a random draw, checked as NumPy checks them (for ``random.py``'s traced
 generators and ``mj.random``): sizes, dtypes, integer bounds, and the parameters' shapes and
 values. A parameter known when the loss is traced is checked then, with NumPy's error type and a
 message naming the method, the argument and the user's line. A traced parameter is checked by
-the compiled step on every call: the ``check_parameter`` op passes it on unchanged and has the
-step raise (``plan.range_checks``) where NumPy would, at the first element NumPy refuses.
+the compiled step on every call: the ``check_parameter`` op (``morphjit.ops.random``) passes it on
+unchanged and has the step raise (``backend.plan.range_checks``) where NumPy would, at the first element
+NumPy refuses.
 """
 from __future__ import annotations
 
@@ -13,12 +14,11 @@ from typing import Callable
 
 import numpy as np
 
+from ..ir import Sym, broadcast_shapes
+from ..tracing import SUPPORTED_DTYPES, Tracer
+from ..util import (ArgumentError, ArgumentOverflowError, DtypeError, ShapeError, TracingError, UnsupportedError,
+                    user_location)
 from . import core as A
-from ..util.errors import (ArgumentError, ArgumentOverflowError, DtypeError, ShapeError, TracingError,
-    UnsupportedError, user_location)
-from ..ir.program import Sym, TensorType
-from ..ops.core import ELEMENTWISE, broadcast_shapes, defop
-from ..tracing.tracer import SUPPORTED_DTYPES, Tracer
 
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 UNIFORM_INTEGERS = 2 ** 53   # integers are floor(low + u * n), u of 53 bits: exact for n up to this
@@ -26,6 +26,7 @@ UNIFORM_INTEGERS = 2 ** 53   # integers are floor(low + u * n), u of 53 bits: ex
 
 # ---------------------------------------------------------------------------------------------
 # Sizes and dtypes
+
 
 def shape_of_size(size, method: str) -> tuple | None:
     """``size`` as a shape (None stays None): an integer, or a sequence or 1-d array of them (the
@@ -90,6 +91,7 @@ def _broadcast(method: str, *shapes) -> tuple | None:
 # ---------------------------------------------------------------------------------------------
 # Parameter values
 
+
 @dataclass(frozen=True)
 class Constraint:
     """What NumPy requires of a parameter: ``refused(x)`` marks the elements it refuses (the
@@ -141,21 +143,9 @@ def _parameter(value, method: str, name: str):
         raise type(error)(f"{method}: {name} must be a float or an array of floats: {error}") from None
 
 
-def _check_parameter_rule(types, what, error):
-    value, refused = types
-    if value.shape != refused.shape or refused.dtype != np.bool_:
-        raise AssertionError(f"check_parameter: {value} and a boolean mask of its shape, got {refused}")
-    return TensorType(value.shape, value.dtype)
-
-
-# The value passed on, its mask of refused elements computed into a buffer the step checks.
-defop("check_parameter", ELEMENTWISE, _check_parameter_rule, lambda value, refused, what, error: value,
-      lambda g, ans, value, refused, what, error: (g, None), scalar=lambda K, value, refused, what, error: value,
-      buffered=lambda b, producer: [b.inputs[1]])
-
-
 # ---------------------------------------------------------------------------------------------
 # Integer draws
+
 
 def integer_bound(value, method: str, name: str) -> int:
     """A bound of an integer draw, as NumPy converts a scalar one (``int()``: 2.7 is 2)."""

@@ -1,22 +1,20 @@
 """NumPy's indexing on traced arrays: ``x[key]``, ``mj.at(x)[key].add/set`` and boolean masks.
 
 Basic indexing (integers, slices, ``None``, ``...``) is a slice and a reshape, both views; integer
-arrays are one gather (``array_api.gather``, the op records in ``gathers.py``); slices with traced
+arrays are one gather (``core.gather``, the op records in ``morphjit.ops.gathers``); slices with traced
 bounds are gathers at ``start + arange(extent)``. ``x[mask]`` is a ``Masked`` value that can only be
-reduced. ``np.arange(n)`` of a batch-dependent ``n`` is an iota (the batch stays symbolic). Loading
-this module installs ``getitem`` as the tracer's ``x[key]``.
+reduced. ``np.arange(n)`` of a batch-dependent ``n`` is an iota (the batch stays symbolic).
+``getitem`` is the tracer's ``x[key]`` and `arange` replaces ``np.arange`` while a trace with a
+symbolic batch size runs (``morphjit.api.methods`` installs both).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..ir import OPS, Lit, Specialize, Sym, broadcast_shapes, dtype_name, is_float
+from ..tracing import Tracer, tracer as trace
+from ..util import DtypeError, IndexingError, ShapeError, UnsupportedError, user_location
 from . import core as A
-from ..tracing import tracer as trace
-from ..util.errors import DtypeError, IndexingError, ShapeError, UnsupportedError, user_location
-from ..ir.program import Lit, Specialize, Sym, dtype_name, is_float
-from ..ops.core import OPS, broadcast_shapes
-from ..tracing.substitutes import SYMBOLIC_EXTENT
-from ..tracing.tracer import Tracer
 
 
 def getitem(a, key):
@@ -279,7 +277,7 @@ class Masked(trace.NotAnArray):
                                    f"{MASK_HINT}", user_location())
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return self.elementwise(lambda *xs: A.apply_ufunc(ufunc, method, xs, kwargs), *inputs)
+        return self.elementwise(lambda *xs: getattr(ufunc, method)(*xs, **kwargs), *inputs)
 
     def __array_function__(self, func, types, args, kwargs):
         if func in (np.sum, np.mean):
@@ -393,6 +391,3 @@ def _expand_ellipsis(key, ndim: int):
         return key[:i] + fill + key[i + 1:]
     return key + fill
 
-
-trace.use_indexing(getitem)
-SYMBOLIC_EXTENT.register(np, "arange", arange)

@@ -1,4 +1,4 @@
-"""Linear algebra: the functions users call (the ops they bind are in ``linalg_ops``).
+"""Linear algebra: the functions users call (the ops they bind are in ``morphjit.ops.linalg``).
 
 ``mj.linalg.cholesky``, ``solve``, ``inv``, ``det``, ``slogdet``, ``eigh``, ``eigvalsh``, ``qr``,
 ``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain ``np.linalg.*`` calls on
@@ -10,7 +10,8 @@ gradient goes to the matrix directly.
 
 Errors: a matrix that is not positive definite (cholesky) or is singular (solve, inv, a zero on a
 triangular diagonal) raises ``numpy.linalg.LinAlgError`` from the call, on both backends, as
-NumPy does; NaN input gives NaN results, as in NumPy.
+NumPy does; NaN input gives NaN results, as in NumPy. `FUNCTIONS` is this family's entries of the
+NumPy dispatch.
 """
 from __future__ import annotations
 
@@ -18,12 +19,11 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..ir import is_float
+from ..tracing import Tracer
+from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
-from ..util.errors import ShapeError, UnsupportedError, user_location
-from ..ir.program import is_float
-from ..ops.linalg import apply
 from .indexing import getitem
-from ..tracing.tracer import Tracer
 
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
@@ -69,8 +69,8 @@ def cholesky(a, *, upper=False, lower=None, overwrite_a=False, check_finite=True
         upper = not lower
     a = _matrix("cholesky", a)
     if upper:   # the upper triangle of a is the lower one of a.T
-        return A.swap_last(apply("cholesky", [A.swap_last(a)]))
-    return apply("cholesky", [a])
+        return A.swap_last(A.bind("cholesky", [A.swap_last(a)]))
+    return A.bind("cholesky", [a])
 
 
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
@@ -83,21 +83,21 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     if transposed is None:
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
     a, b, vector = _system("solve_triangular", a, b)
-    return _column_back(apply("solve_triangular", [a, b], lower=bool(lower), trans=transposed), vector)
+    return _column_back(A.bind("solve_triangular", [a, b], lower=bool(lower), trans=transposed), vector)
 
 
 def triangular_matmul(a, b, lower=False, trans=False):
     """``op(a) @ b`` reading only the ``lower`` or upper triangle of ``a`` (BLAS ``trmm``: half
     the work of a matrix product); ``op`` is a transpose where ``trans``."""
     a, b, vector = _system("triangular_matmul", a, b)
-    return _column_back(apply("triangular_matmul", [a, b], lower=bool(lower), trans=bool(trans)), vector)
+    return _column_back(A.bind("triangular_matmul", [a, b], lower=bool(lower), trans=bool(trans)), vector)
 
 
 def triangular_inverse(a, lower=False):
     """The inverse of the triangular matrix in the ``lower`` or upper triangle of ``a`` (LAPACK
     ``trtri``: a third of the work of a triangular solve against the identity). Raises
     ``LinAlgError`` where a diagonal element is zero."""
-    return apply("triangular_inverse", [_matrix("triangular_inverse", a)], lower=bool(lower))
+    return A.bind("triangular_inverse", [_matrix("triangular_inverse", a)], lower=bool(lower))
 
 
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True):
@@ -115,9 +115,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     lower = bool(lower)
     a = _factored_matrix(c, lower)
     if a is not None:
-        return _column_back(apply("cho_solve", [a, c, b], lower=lower), vector)
-    y = apply("solve_triangular", [c, b], lower=lower, trans=not lower)
-    return _column_back(apply("solve_triangular", [c, y], lower=lower, trans=lower), vector)
+        return _column_back(A.bind("cho_solve", [a, c, b], lower=lower), vector)
+    y = A.bind("solve_triangular", [c, b], lower=lower, trans=not lower)
+    return _column_back(A.bind("solve_triangular", [c, y], lower=lower, trans=lower), vector)
 
 
 def _factored_matrix(c, lower: bool):
@@ -143,17 +143,17 @@ def solve(a, b):
     """``np.linalg.solve``: ``x`` with ``a @ x = b`` (LU with partial pivoting). A 1-D ``b`` is
     one right-hand side; raises ``LinAlgError`` when ``a`` is singular."""
     a, b, vector = _system("solve", a, b)
-    return _column_back(apply("solve", [a, b]), vector)
+    return _column_back(A.bind("solve", [a, b]), vector)
 
 
 def inv(a):
     """``np.linalg.inv``; raises ``LinAlgError`` when ``a`` is singular."""
-    return apply("inv", [_matrix("inv", a)])
+    return A.bind("inv", [_matrix("inv", a)])
 
 
 def det(a):
     """``np.linalg.det`` (its gradient uses the inverse: prefer ``slogdet``)."""
-    return apply("det", [_matrix("det", a)])
+    return A.bind("det", [_matrix("det", a)])
 
 
 def slogdet(a):
@@ -165,7 +165,7 @@ def slogdet(a):
     if factor is not None:
         logabsdet = 2.0 * A.sum(A.log(A.sum(factor * np.eye(a.shape[-1], dtype=a.dtype), axis=-1)), axis=-1)
         return SlogdetResult(A.ones_like(logabsdet), logabsdet)   # 1 even for NaN input, as NumPy
-    packed = apply("slogdet", [a])
+    packed = A.bind("slogdet", [a])
     return SlogdetResult(getitem(packed, (Ellipsis, 0)), getitem(packed, (Ellipsis, 1)))
 
 
@@ -186,7 +186,7 @@ def eigh(a, UPLO="L"):
     a = _matrix("eigh", a)
     if uplo == "U":   # the upper triangle of a is the lower one of a.T
         a = A.swap_last(a)
-    packed = apply("eigh", [a])
+    packed = A.bind("eigh", [a])
     return EighResult(getitem(packed, (Ellipsis, 0, slice(None))),
                       getitem(packed, (Ellipsis, slice(1, None), slice(None))))
 
@@ -201,7 +201,7 @@ def qr(a, mode="reduced"):
     if mode != "reduced":
         raise UnsupportedError(f"qr(mode={mode!r}) is not supported (mode='reduced' is)", user_location())
     a = _matrix("qr", a)
-    packed = apply("qr", [a])
+    packed = A.bind("qr", [a])
     m, n = a.shape[-2:]
     return QRResult(A.swap_last(getitem(packed, (Ellipsis, slice(None), slice(0, m)))),
                     getitem(packed, (Ellipsis, slice(None), slice(m, m + n))))
@@ -213,7 +213,7 @@ def lstsq(a, b, rcond=None):
     eigenvalues of ``R^T R``). A rank-deficient ``a`` is outside its contract."""
     a, b, vector = _system_rectangular("lstsq", a, b)
     q, r = qr(a)
-    x = apply("solve_triangular", [r, A.swap_last(q) @ b], lower=False, trans=False)
+    x = A.bind("solve_triangular", [r, A.swap_last(q) @ b], lower=False, trans=False)
     m, n = a.shape[-2:]
     residuals = A.sum((a @ x - b) ** 2, axis=-2) if m > n else np.zeros((0,), a.dtype)
     s = A.sqrt(getitem(eigvalsh(A.swap_last(r) @ r), (Ellipsis, slice(None, None, -1))))
@@ -240,14 +240,13 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=A.NOT_GIVEN):
     a = _matrix("pinv", a)
     wide = a.shape[-2] < a.shape[-1]
     q, r = qr(A.swap_last(a) if wide else a)
-    result = apply("solve_triangular", [r, A.swap_last(q)], lower=False, trans=False)
+    result = A.bind("solve_triangular", [r, A.swap_last(q)], lower=False, trans=False)
     return A.swap_last(result) if wide else result
 
 
-A.FUNCTIONS.update({
+FUNCTIONS = {
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv, np.linalg.det: det,
     np.linalg.slogdet: slogdet, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.qr: qr,
     np.linalg.lstsq: lstsq, np.linalg.pinv: pinv,
-})
-
+}
 

@@ -9,7 +9,7 @@ computes), so the library's own algorithm is traced, differentiated and compiled
 ``xp.special`` holds morphjit's ``scipy.special`` functions, where SciPy looks for a namespace's
 own special functions. A name of the standard that morphjit has no rule for (complex dtypes,
 sorting, data-dependent shapes, the ``linalg`` and ``fft`` extensions) raises ``UnsupportedError``
-naming it. Loading this module installs the namespace into the tracer.
+naming it. (``x.__array_namespace__()`` is installed with the tracer's methods, ``methods``.)
 
 Arrays made here (``asarray`` of a NumPy array, ``zeros``, ``arange``) are traced constants while
 a function is traced, so that they belong to this namespace as the standard expects.
@@ -22,13 +22,9 @@ import sys
 
 import numpy as np
 
-from . import core as A
-from . import indexing as numpy_index
-from . import shapes as numpy_shape
-from ..tracing import tracer as trace
-from .scipy import special as scipy_special  # noqa: F401 (registers scipy.special's functions into the dispatch)
-from ..util.errors import UnsupportedError, user_location
-from ..tracing.tracer import SUPPORTED_DTYPES, Tracer
+from ..tracing import SUPPORTED_DTYPES, Tracer, tracer as trace
+from ..util import UnsupportedError, user_location
+from . import core as A, dispatch, shapes as numpy_shape
 
 __array_api_version__ = "2023.12"
 API_VERSIONS = (None, "2021.12", "2022.12", "2023.12")
@@ -70,6 +66,7 @@ def _copy(x):
 
 # ---------------------------------------------------------------------------------------------
 # Creation
+
 
 def asarray(obj, /, *, dtype=None, device=None, copy=None):
     _check_device(device)
@@ -143,6 +140,7 @@ def triu(x, /, *, k=0):
 # ---------------------------------------------------------------------------------------------
 # Element-wise functions: the standard's names for NumPy's ufuncs
 
+
 def _ufunc(ufunc, name: str):
     def fn(*args):
         return ufunc(*args)
@@ -183,6 +181,7 @@ def imag(x, /):
 
 # ---------------------------------------------------------------------------------------------
 # Reductions and scans
+
 
 def sum(x, /, *, axis=None, dtype=None, keepdims=False):
     return np.sum(x, axis=axis, dtype=dtype, keepdims=keepdims)
@@ -250,6 +249,7 @@ cumulative_sum.__name__, cumulative_prod.__name__ = "cumulative_sum", "cumulativ
 
 # ---------------------------------------------------------------------------------------------
 # Shapes, joins and products
+
 
 def reshape(x, /, shape, *, copy=None):
     out = np.reshape(x, shape)
@@ -339,6 +339,7 @@ def take_along_axis(x, indices, /, *, axis=-1):
 # ---------------------------------------------------------------------------------------------
 # Data types
 
+
 def astype(x, dtype, /, *, copy=True, device=None):
     _check_device(device)
     out = A.astype(x, dtype)
@@ -419,32 +420,15 @@ class SpecialFunctions:
         public = getattr(sys.modules["scipy.special"], name, None)
         scipy_function = getattr(public, "__wrapped__", public)   # under SciPy's dispatching wrapper
         for function in (public, scipy_function):
-            traced = A.UFUNCS.get(function) or A.FUNCTIONS.get(function)
+            traced = dispatch.UFUNCS.get(function) or dispatch.FUNCTIONS.get(function)
             if traced is not None:
                 return traced
 
         def unsupported(*args, **kwargs):
             if isinstance(scipy_function, np.ufunc):
-                raise A.unsupported_error(scipy_function)
+                raise dispatch.unsupported_error(scipy_function)
             raise UnsupportedError(f"scipy.special.{name} is not supported by morphjit", user_location())
         return unsupported
 
 
 special = SpecialFunctions()
-
-
-# ---------------------------------------------------------------------------------------------
-# Updates
-
-def updated(x, key, value):
-    """``x`` with ``x[key] = value`` (the value cast to ``x``'s dtype, as NumPy stores it), as a new
-    traced value: a boolean mask of ``x``'s shape selects with ``where``, other keys go through
-    ``mj.at(x)[key].set``."""
-    value = A.astype(A.as_array(value), x.dtype)
-    key_value = A.as_value(key) if isinstance(key, (Tracer, np.ndarray)) else None
-    if key_value is not None and key_value.dtype == np.bool_ and key_value.shape == x.shape:
-        return A.where(key_value, value, x)
-    return numpy_index.at(x)[key].set(value)
-
-
-trace.use_array_namespace(sys.modules[__name__], updated)

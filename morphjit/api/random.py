@@ -11,182 +11,23 @@ differ, two runs from the same seed agree), passed to the step in the generator'
 inspecting a step (``explain``) runs it on a copy of the generator, and the rows of a Hessian
 replay one seed from copies.
 
-Element ``n`` of draw number ``s`` of a call is a pure function of (seed, s, n): SplitMix64's
-output mixer over ``key(seed, s) + n * golden gamma``. Any loop can therefore compute any
-element on its own, in any order: a draw fuses into the loops that read it (recomputed in the
-forward and the backward loop alike, identical in both), no noise array is allocated, and the
-reference executor draws the very same numbers with NumPy.
+The numbers come from a counter-based generator (``morphjit.native.random``): a draw fuses into
+the loops that read it, no noise array is allocated, and the reference executor draws the very
+same numbers with NumPy. `traced_generator` makes the stand-ins (``morphjit.api.methods`` installs
+it as the tracer of generator arguments).
 """
 from __future__ import annotations
 
-import copy
-import math
-
 import numpy as np
 
-from . import core as A
-from ..util import pytree
+from ..ir import TensorType, Var, dtype_name
 from ..tracing import tracer as tracing
-from . import draw_checks as checks
-from ..util.errors import ArgumentError, UnsupportedError, user_location
-from ..ir.index import IndexMap
-from ..ir.program import DTYPES_BY_NAME, TensorType, Var, dtype_name
-from ..ir.loop import Random
-from ..ops.core import SOURCE, defop
-
-GENERATORS = (np.random.Generator, np.random.RandomState)
-RAW_64_BITS = (np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64)   # random_raw() widths
-
-GOLDEN = 0x9E3779B97F4A7C15      # SplitMix64's increment: consecutive elements of a draw
-STREAM = 0xD1B54A32D192ED03      # separates the draws of one call
-MIX1, MIX2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
-UNIFORM_BITS = {np.dtype(np.float64): 53, np.dtype(np.float32): 24}
-DISTRIBUTIONS = ("uniform", "normal")   # [0, 1) and N(0, 1); the others are formulas of them
-
-
-def seed_of(generator) -> np.ndarray:
-    """The seed of one call: 64 random bits taken from (and advancing) the user's generator,
-    whatever its bit generator, as the int64 array of one element the step takes in its place.
-    The raw output of most bit generators has 64 bits; NumPy's full-range uint64 draw (slower)
-    joins two of MT19937's, which have 32, and serves any other kind."""
-    if isinstance(generator, np.random.Generator):
-        bits = generator.bit_generator
-        if type(bits) in RAW_64_BITS:
-            return np.array([bits.random_raw()], np.uint64).view(np.int64)
-        return np.array([generator.integers(2 ** 64, dtype=np.uint64)]).view(np.int64)
-    return np.array([generator.randint(2 ** 64, dtype=np.uint64)]).view(np.int64)
-
-
-def with_copied_generators(tree):
-    """``tree`` with each random generator among its leaves replaced by a copy in the same state:
-    a step given the copy draws the seed the generator would give next, and leaves it as it was."""
-    leaves, treedef = pytree.flatten(tree)
-    if not any(isinstance(x, GENERATORS) for x in leaves):
-        return tree
-    return pytree.unflatten(treedef, [copy.deepcopy(x) if isinstance(x, GENERATORS) else x for x in leaves])
-
-
-def replaying_generators(tree):
-    """A function returning ``tree`` with each random generator among its leaves replaced by a
-    copy, put back at every call into the generator's present state: each step given it draws
-    the seed the generator would give next, and the generator stays as it was."""
-    copied = with_copied_generators(tree)
-    copies = [x for x in pytree.flatten(copied)[0] if isinstance(x, GENERATORS)]
-    states = [_state(g) for g in copies]
-
-    def replayed():
-        for generator, state in zip(copies, states):
-            _set_state(generator, state)
-        return copied
-    return replayed
-
-
-def _state(generator):
-    return generator.bit_generator.state if isinstance(generator, np.random.Generator) else generator.get_state()
-
-
-def _set_state(generator, state) -> None:
-    if isinstance(generator, np.random.Generator):
-        generator.bit_generator.state = state
-    else:
-        generator.set_state(state)
-
-
-def as_input(x, dtype) -> np.ndarray:
-    """An argument leaf as a program input for the reference executor (a generator: its seed)."""
-    return seed_of(x).reshape(()) if isinstance(x, GENERATORS) else np.asarray(x, dtype)
-
-
-# ---------------------------------------------------------------------------------------------
-# The numbers, in NumPy (the reference) and as generated source (the compiled step)
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(MIX1)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(MIX2)
-    return z ^ (z >> np.uint64(31))
-
-
-def _bits(seed, stream: int, counter: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        key = _mix(np.asarray(seed).astype(np.uint64) + np.uint64((stream + 1) * STREAM % 2 ** 64))
-        return _mix(key + (counter.astype(np.uint64) + np.uint64(1)) * np.uint64(GOLDEN))
-
-
-def draw(seed, stream: int, dist: str, dtype, counter: np.ndarray) -> np.ndarray:
-    """Elements ``counter`` (flat indices) of draw ``stream`` of distribution ``dist``."""
-    dtype = np.dtype(dtype)
-    if dist == "uniform":
-        bits = UNIFORM_BITS[dtype]
-        return ((_bits(seed, stream, counter) >> np.uint64(64 - bits)).astype(np.float64) * 2.0 ** -bits).astype(dtype)
-    # Box-Muller on two uniforms of 53 bits: u1 in (0, 1], u2 in [0, 1).
-    u1 = ((_bits(seed, stream, 2 * counter) >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0 ** -53
-    u2 = (_bits(seed, stream, 2 * counter + 1) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-    return (np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)).astype(dtype)
-
-
-def _u64(value: int) -> str:
-    return f"np.uint64({value % 2 ** 64})"
-
-
-def render(bind, seed: str, stream: int, dist: str, dtype, counter: str, call) -> str:
-    """The source of one element, as ``draw`` computes it: ``bind(code)`` names a step in a new
-    local, ``call(fn, x)`` renders a transcendental function."""
-    def mix(z: str) -> str:
-        z = bind(f"({z} ^ ({z} >> {_u64(30)})) * {_u64(MIX1)}")
-        z = bind(f"({z} ^ ({z} >> {_u64(27)})) * {_u64(MIX2)}")
-        return bind(f"{z} ^ ({z} >> {_u64(31)})")
-
-    key = mix(bind(f"np.uint64({seed}) + {_u64((stream + 1) * STREAM)}"))   # loop-invariant: LLVM hoists it
-
-    def bits(n: str) -> str:
-        return mix(bind(f"{key} + (np.uint64({n}) + {_u64(1)}) * {_u64(GOLDEN)}"))
-
-    dtype = np.dtype(dtype)
-    if dist == "uniform":
-        width = UNIFORM_BITS[dtype]
-        return f"np.{dtype.name}(np.float64({bits(counter)} >> {_u64(64 - width)}) * {2.0 ** -width!r})"
-    u1 = bind(f"(np.float64({bits(f'2 * ({counter})')} >> {_u64(11)}) + 1.0) * {2.0 ** -53!r}")
-    u2 = bind(f"np.float64({bits(f'2 * ({counter}) + 1')} >> {_u64(11)}) * {2.0 ** -53!r}")
-    radius = f"np.sqrt(-2.0 * {call('log', u1)})"
-    return f"np.{dtype.name}({radius} * {call('cos', f'{2.0 * math.pi!r} * {u2}')})"
-
-
-# ---------------------------------------------------------------------------------------------
-# The op
-
-def _random_rule(types, shape, dtype, dist, stream):
-    (seed,) = types
-    assert seed.dtype == np.int64 and seed.shape == (), seed
-    return TensorType(shape, DTYPES_BY_NAME[dtype])
-
-
-def _random_impl(seed, shape, dtype, dist, stream):
-    counter = np.arange(math.prod(shape), dtype=np.uint64).reshape(shape)
-    return draw(seed, stream, dist, DTYPES_BY_NAME[dtype], counter)
-
-
-def flat_counter(imap: IndexMap, shape) -> IndexMap:
-    """The flat (C-order) index in an array of ``shape`` of the element ``imap`` addresses."""
-    strides, stride = [], 1
-    for extent in reversed(shape):
-        strides.insert(0, stride)
-        stride = stride * extent
-    offset = sum((s * o for s, o in zip(strides, imap.offsets)), 0)
-    row = tuple(sum((s * row[j] for s, row in zip(strides, imap.coeffs)), 0) for j in range(imap.loop_ndim))
-    return IndexMap((offset,), (row,))
-
-
-def _random_body(expr, b, imap: IndexMap) -> Random:
-    kw = b.kwargs
-    seed = expr(b.inputs[0], IndexMap((), ()))
-    return Random(seed, kw["stream"], kw["dist"], flat_counter(imap, b.out.shape), b.out.dtype)
-
-
-defop("random", SOURCE, _random_rule, _random_impl, body=_random_body)
-
+from ..util import ArgumentError, UnsupportedError, user_location
+from . import core as A, draw_checks as checks
 
 # ---------------------------------------------------------------------------------------------
 # The generators a traced loss receives
+
 
 class TracedDraws:
     """What a loss receives for a random generator argument while it is traced: the methods of
@@ -350,12 +191,9 @@ def traced_generator(t: tracing.Trace, generator, path: str) -> TracedDraws:
     return kind(t, path)
 
 
-for _kind in GENERATORS:
-    tracing.LEAF_TRACERS[_kind] = traced_generator
-
-
 # ---------------------------------------------------------------------------------------------
 # mj.random: the draws as functions of a generator (traced or not), and dropout
+
 
 def normal(rng, loc=0.0, scale=1.0, size=None):
     """``rng.normal(loc, scale, size)``: inside a compiled loss, drawn in the step on every call."""

@@ -1,9 +1,10 @@
-"""NumPy's wider reductions and scans: prod (an op-table reduction), and argmax/argmin, all/any,
-average, ptp, nansum/nanmean, linalg.norm, cumsum/cumprod written from existing ops.
+"""NumPy's wider reductions and scans: prod (an op of its own, in ``morphjit.ops.reductions``), and
+argmax/argmin, all/any, average, ptp, nansum/nanmean, linalg.norm, cumsum/cumprod written from
+existing ops.
 
 Scans run in log2(n) doubling steps of shifted element-wise products or sums (exact for integers,
-differentiable through the ops they are made of, zeros included). Loading this module registers
-the functions into the NumPy dispatch.
+differentiable through the ops they are made of, zeros included). `FUNCTIONS` is this family's
+entries of the NumPy dispatch.
 """
 from __future__ import annotations
 
@@ -11,27 +12,10 @@ import math
 
 import numpy as np
 
-from . import core as A
-from . import ufuncs as X
-from ..util.errors import ShapeError, UnsupportedError, user_location
-from ..ir.program import Sym
+from ..ir import Sym, keepdims_shape
+from ..util import ShapeError, UnsupportedError, user_location
+from . import core as A, ufuncs as X
 from .indexing import getitem
-from ..ops.core import REDUCE, defop, expand_back, keepdims_shape, reduction_rule
-
-
-def _prod_vjp(g, ans, x, axes):
-    """The product of the other elements: ans / x without zeros; with one zero, the product of the
-    rest at the zero; with two or more, 0."""
-    zero = x == 0
-    others = A.sum(A.astype(zero, x.dtype), axis=axes, keepdims=True)
-    nonzero_product = expand_back(prod_op(A.where(zero, 1.0, x), axes), axes, x.shape)
-    g = expand_back(g, axes, x.shape)
-    no_zero = g * nonzero_product / A.where(zero, 1.0, x)
-    return (A.where(others == 0, no_zero, A.where(zero & (others == 1), g * nonzero_product, 0.0)),)
-
-
-defop("prod", REDUCE, reduction_rule("prod"), lambda x, axes: np.prod(x, axis=axes, dtype=x.dtype), _prod_vjp,
-      init=1.0, combine=lambda acc, x: f"{acc} * {x}")
 
 
 def prod_op(x, axes):
@@ -140,6 +124,7 @@ def nanmean(a, axis=None, dtype=None, out=None, keepdims=False, *, where=True):
 # ---------------------------------------------------------------------------------------------
 # Scans
 
+
 def _scan(op: str, combine, identity, a, axis, dtype):
     a = A.as_array(a)
     if dtype is not None:
@@ -178,6 +163,7 @@ def cumprod(a, axis=None, dtype=None, out=None):
 
 # ---------------------------------------------------------------------------------------------
 # Norms
+
 
 def norm(x, ord=None, axis=None, keepdims=False):
     """``np.linalg.norm``: vector norms (any ord but nuclear/spectral) and matrix norms 1, inf, 'fro'."""
@@ -224,8 +210,8 @@ def _matrix_norm(x, ord, axis, keepdims):
                            f"compute (ord=None, 'fro', 1, -1, inf and -inf are supported)", user_location())
 
 
-A.FUNCTIONS.update({
+FUNCTIONS = {
     np.prod: prod, np.argmax: argmax, np.argmin: argmin, np.any: any, np.all: all, np.ptp: ptp,
     np.average: average, np.nansum: nansum, np.nanmean: nanmean, np.cumsum: cumsum,
     np.cumprod: cumprod, np.linalg.norm: norm,
-})
+}

@@ -2,7 +2,7 @@
 
 Flips are slices with step -1 and moveaxis a transpose (views: index maps that fuse); tile and
 scalar repeat are a broadcast and a reshape; roll, pad, split and the stacks are slices and
-concatenations. Loading this module registers the functions into the NumPy dispatch.
+concatenations. `FUNCTIONS` is this family's entries of the NumPy dispatch.
 """
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import math
 
 import numpy as np
 
+from ..ir import broadcast_shapes
+from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
-from ..util.errors import ShapeError, UnsupportedError, user_location
 from .indexing import getitem
-from ..ops.core import broadcast_shapes
 
 
 def shape(a):
@@ -266,10 +266,10 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
     return grids if sparse else broadcast_arrays(*grids)
 
 
-A.FUNCTIONS.update({
+FUNCTIONS = {
     np.shape: shape, np.ndim: ndim, np.size: size, np.atleast_1d: atleast_1d, np.atleast_2d: atleast_2d,
     np.atleast_3d: atleast_3d, np.hstack: hstack, np.vstack: vstack, np.dstack: dstack,
     np.column_stack: column_stack, np.split: split, np.array_split: array_split, np.moveaxis: moveaxis,
     np.flip: flip, np.fliplr: fliplr, np.flipud: flipud, np.roll: roll, np.tile: tile, np.repeat: repeat,
     np.pad: pad, np.diff: diff, np.broadcast_arrays: broadcast_arrays, np.meshgrid: meshgrid,
-})
+}

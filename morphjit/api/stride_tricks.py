@@ -6,116 +6,24 @@ A window view is an affine index map: ``window(x, shape, coeffs)`` reads ``x`` a
 stride and dilation folded into the coefficients). It owns no buffer: a consumer reads ``x``
 through the composed map (MoA's psi-composition). Its transpose ``unwindow`` adds every element of
 the cotangent into zeros at the position the view read it from (a scatter loop: col2im).
-Convolutions and pooling (``morphjit.conv``) are built on these views.
-Loading this module registers the ops and ``np.lib.stride_tricks.sliding_window_view``.
+Convolutions and pooling (``morphjit.api.conv``) are built on these views; the ops are in
+``morphjit.ops.windows``. `FUNCTIONS` is this family's entry of the NumPy dispatch.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
-from ..util.errors import ShapeError, UnsupportedError, user_location
-from ..ir.index import IndexMap
-from ..ir.program import Sym, TensorType
-from ..ir.loop import Const, Gather, Load, Nest, ScatterAdd, Store, loads, loop
-from ..ops.core import STRUCTURAL, VIEW, defop
-
-# ---------------------------------------------------------------------------------------------
-# The ops: window (a view) and unwindow (its transpose, a scatter-add)
-
-
-def _check_window(op: str, x_shape, shape, coeffs) -> None:
-    """Every index the map reaches lies inside ``x_shape``; an axis read one to one needs no test
-    (its extent may be the symbolic batch size)."""
-    if len(coeffs) != len(x_shape) or any(len(row) != len(shape) for row in coeffs):
-        raise ShapeError(f"{op}: coefficients {coeffs} do not map a view of {len(shape)} axes onto "
-                         f"an array of {len(x_shape)}")
-    if any(c < 0 for row in coeffs for c in row):
-        raise ShapeError(f"{op}: negative coefficients in {coeffs}")
-    if any(not isinstance(d, Sym) and d < 1 for d in shape):
-        raise ShapeError(f"{op}: empty windows (view shape {tuple(shape)})")
-    for n, row in zip(x_shape, coeffs):
-        used = [(c, d) for c, d in zip(row, shape) if c]
-        if used == [(1, n)]:
-            continue
-        if sum(c * (d - 1) for c, d in used) >= n:
-            raise ShapeError(f"{op}: a window view of shape {tuple(shape)} reads past an axis of {n}")
-
-
-def window_rule(types, shape, coeffs):
-    (x,) = types
-    _check_window("window", x.shape, shape, coeffs)
-    return TensorType(shape, x.dtype)
-
-
-def _unwindow_rule(types, shape, coeffs):
-    (g,) = types
-    _check_window("unwindow", shape, g.shape, coeffs)
-    return TensorType(shape, g.dtype)
 
 
 def window_values(x, shape, coeffs):
+    """The window view of the NumPy array ``x`` (the op's reference, and eager pooling's)."""
     x = np.ascontiguousarray(x)
     strides = [sum(c * s for c, s in zip(column, x.strides)) for column in zip(*coeffs)]
     return np.lib.stride_tricks.as_strided(x, shape, strides, writeable=False).copy()
 
 
-def _unwindow_impl(g, shape, coeffs):
-    out = np.zeros(shape, g.dtype)
-    np.add.at(out, tuple(np.einsum("aj,j...->a...", np.asarray(coeffs), np.indices(g.shape))), g)
-    return out
-
-
-def window_map(x_shape, out_shape, shape, coeffs) -> IndexMap:
-    return IndexMap((0,) * len(coeffs), tuple(tuple(row) for row in coeffs))
-
-
-def _unwindow_nests(expr, b) -> list:
-    """Zeros, then every element of the cotangent added where the view read it (col2im); where
-    the windows tile the output exactly (pooling with stride = kernel), one store per element.
-    The loops run in the order of the buffer the cotangent is read from (contiguous reads)."""
-    (g,) = b.inputs
-    order = _read_order(expr(g, IndexMap.identity(g.ndim)), g.ndim)
-    loops = IndexMap((0,) * g.ndim, tuple(tuple(int(a == k) for k in order) for a in range(g.ndim)))
-    domain = tuple(g.shape[a] for a in order)
-    imap = loops.then(window_map(b.out.shape, g.shape, **b.kwargs))
-    if tiles(b.out.shape, g.shape, b.kwargs["coeffs"]):
-        return [Nest(domain, (Store(b.out, imap, expr(g, loops)),))]
-    at = Gather(b.out, imap, (None,) * b.out.ndim)
-    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(domain, at, expr(g, loops))]
-
-
-def _read_order(body, ndim: int) -> tuple[int, ...]:
-    """The axes of the loop domain in the order of the buffer ``body`` reads (where it reads one
-    buffer through a transpose, as col2im reads the GEMM's result), else in their own order."""
-    reads = loads(body)
-    if len(reads) == 1 and isinstance(reads[0], Load) and len(reads[0].imap.coeffs) == ndim:
-        rows = reads[0].imap.coeffs
-        if not any(reads[0].imap.offsets) and all(sorted(row) == [0] * (ndim - 1) + [1] for row in rows):
-            order = tuple(row.index(1) for row in rows)
-            if sorted(order) == list(range(ndim)):
-                return order
-    return tuple(range(ndim))
-
-
-def tiles(x_shape, shape, coeffs) -> bool:
-    """Does the window map send the view's elements one to one onto all of ``x_shape``? Along
-    each axis the steps must be the place values of a mixed radix whose digits are the extents."""
-    for n, row in zip(x_shape, coeffs):
-        place = 1
-        for c, d in sorted((c, d) for c, d in zip(row, shape) if c and d != 1):
-            if c != place:
-                return False
-            place *= d
-        if place != n:
-            return False
-    return True
-
-
-defop("window", VIEW, window_rule, window_values,
-      lambda g, ans, x, shape, coeffs: (unwindow(g, x.shape, coeffs),), index_map=window_map)
-defop("unwindow", STRUCTURAL, _unwindow_rule, _unwindow_impl,
-      lambda g, ans, x, shape, coeffs: (window(g, x.shape, coeffs),), nests=_unwindow_nests)
 def window(x, shape, coeffs):
     return A.bind("window", [x], shape=tuple(shape), coeffs=coeffs)
 
@@ -213,4 +121,4 @@ def _decompose(stride: int, own, shape) -> tuple | None:
     return tuple(counts) if rest == 0 else None
 
 
-A.FUNCTIONS.update({np.lib.stride_tricks.sliding_window_view: sliding_window_view})
+FUNCTIONS = {np.lib.stride_tricks.sliding_window_view: sliding_window_view}

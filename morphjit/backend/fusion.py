@@ -8,16 +8,15 @@ inside the reduction loop.
 Cost rule for a value computed more than once per element (it has several consumers, or a
 consumer reads it through a broadcast): it is recomputed while its inlined expression is cheap
 (at most ``RECOMPUTE_LIMIT`` arithmetic ops; each op's ``cost`` in the op table says what it
-counts: a transcendental function or a division counts ``ops.EXPENSIVE``), and materialised once otherwise. Broadcast reads along inner loops are loop
+counts: a transcendental function or a division counts ``ir.EXPENSIVE``), and materialised once otherwise. Broadcast reads along inner loops are loop
 invariants that LLVM hoists, so cheap ones cost little.
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ..ir.index import is_unit_reshape
-from ..ir.program import Binding, Program, Var, magnitude
-from ..ops.core import ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL
+from ..ir import (ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL, Binding, Program, Var,
+                  is_unit_reshape, magnitude)
 
 RECOMPUTE_LIMIT = 4
 KERNELS = (MATMUL, REDUCE, STRUCTURAL, LINALG)

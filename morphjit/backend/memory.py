@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.program import Sym, TensorType, Var, degree, magnitude, upper_bound
-from ..ir.loop import Alias, RowNest, same_row
+from ..ir import Alias, RowNest, Sym, TensorType, Var, degree, magnitude, same_row, upper_bound
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ pool.
 
 ``make_plan`` runs the two halves: instruction selection with its rewrites (``selection``) and the
 memory plan (``memory``: pool slots by liveness, writes in place). The instructions and their text
-form are the loop IR (``loopir``).
+form are the loop IR (``ir.loops``, ``ir.looptext``).
 """
 from __future__ import annotations
 
@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ops.gathers import in_range, picked_extents
-from ..ir.index import IndexMap
-from ..ir.program import Namer, Program, Sym, Var, evaluate
-from ..ir.loop import Alias, Instruction, Load, RangeCheck, describe_instructions, loop
-from .memory import Slot, assign_slots, can_write_in_place, write_in_place  # noqa: F401  (train.py takes them from here)
-from ..ops.core import COMPOSITE, OPS, VIEW, empty_reduction_error
+from ..ir import (COMPOSITE, OPS, VIEW, Alias, IndexMap, Instruction, Load, Namer, Program, RangeCheck, Sym, Var,
+                  describe_instructions, empty_reduction_error, evaluate, loop)
+from ..ops import in_range, picked_extents
+from .memory import Slot, assign_slots
 from .selection import Selector
 
 
@@ -81,7 +79,7 @@ def range_checks(program: Program) -> list[RangeCheck]:
     fusion), of the mask of the elements NumPy refuses in a traced parameter of a draw (all
     False: below 1), and of each index array of a gather or scatter-add that is not a constant
     (those are checked as they are traced; the others are inputs or computed into buffers, see
-    ``Op.buffered``) or an iota no longer than its axis (``gathers.in_range``)."""
+    ``Op.buffered``) or an iota no longer than its axis (``ops.gathers.in_range``)."""
     consts = {id(v) for v, _ in program.consts}
     producer = {id(b.out): b for b in program.bindings}
     checks = {}

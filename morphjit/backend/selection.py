@@ -15,14 +15,12 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
+from ..ir import (ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, VIEW, Accumulate, Alias, Apply, Const, Gemm,
+                  IndexMap, Lapack, Lit, Load, Namer, Nest, Program, RowNest, Store, TensorType, Var,
+                  broadcast_map, describe_instructions, loads, loop, replace_loads, same_row)
+from ..native import vecmath
 from ..util import config
 from .fusion import Fusion, blas_transpose_source
-from ..ir.index import IndexMap, broadcast_map
-from ..ir.program import Lit, Namer, Program, TensorType, Var
-from ..ir.loop import (Accumulate, Alias, Apply, Const, Gemm, Lapack, Load, Nest, RowNest, Store,
-    describe_instructions, loads, loop, replace_loads, same_row)
-from ..ops.core import ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, VIEW
-from ..native.vecmath import FUNCTIONS as VECTOR_MATH
 
 
 class Selector:
@@ -132,7 +130,7 @@ def short_rows(domain: tuple) -> bool:
 
 
 def unary_vector_call(expr) -> bool:
-    return isinstance(expr, Apply) and expr.op in VECTOR_MATH and len(expr.args) == 1
+    return isinstance(expr, Apply) and expr.op in vecmath.FUNCTIONS and len(expr.args) == 1
 
 
 def flat_call(call: Apply, out: Var) -> list:

@@ -6,7 +6,7 @@ numba, numpy, llvmlite and Python), executed under a module name (registered in 
 only while it runs and while its dispatchers compile, so that it is released with them), and every
 numba dispatcher it defines keeps its machine code beside it in ``__pycache__``. A fresh process
 that renders the same text loads that machine code instead of compiling. How the files are
-checked, verified and locked is `cache_store`'s (its docstring gives the security model).
+checked, verified and locked is ``store``'s (its docstring gives the security model).
 
 A cache directory the user cannot write (owned by root or by the user, e.g. pre-warmed in a
 container) is read only: entries that verify are loaded, nothing is written, and a program it lacks
@@ -44,13 +44,14 @@ from numba.core.caching import CompileResultCacheImpl, FunctionCache, InTreeCach
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.dispatcher import Dispatcher
 
-from ..util import config
 from ..native import vecmath
+from ..util import config
 from .store import (PREFIX, TEMP_PREFIX, CacheWarning, Damaged, NotPrivate, Store, VerifiedCacheFile, entries,
-    entry_files, entry_lock, entry_names, make_private_dir, open_store, read_regular_file, remove_any,
-    remove_entry, remove_files, remove_unless_locked, total_size, warn_once, write_atomically)
+                    entry_files, entry_lock, entry_names, make_private_dir, open_store, read_regular_file,
+                    remove_any, remove_entry, remove_files, remove_unless_locked, total_size, warn_once,
+                    write_atomically)
 
-_FORMAT = 2  # of the files; part of every entry's name
+_FORMAT = 3  # of the files and the module paths they import; part of every entry's name
 _DEFAULT_MAX_SIZE = "1G"
 _SIZE_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 

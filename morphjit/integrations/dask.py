@@ -32,14 +32,14 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError("mj.dask needs dask and distributed: pip install 'morphjit[dask]'") from error
 
+from ..jit import Optimizer
 from ..util import pytree
 from .dask_checks import (check_client, check_count, check_data, check_optional_count, check_params,
-    check_reduction, is_count, param_copies)
+                          check_reduction, is_count, param_copies)
 from .dask_worker import (ROWS_PER_CALL, ResidentChunks, Shipped, VersionMismatch, add_parts, apply_update,
-    averaged_replica, group_part, identity, local_part, loss_of, mismatch, replica_part, sum_parts, versions,
-    worker_cache_info)
+                          averaged_replica, group_part, identity, local_part, loss_of, mismatch, replica_part,
+                          sum_parts, versions, worker_cache_info)
 from .dask_worker import WorkerError  # noqa: F401 (mj.dask.WorkerError: what a worker raises in its place)
-from ..jit.optim import Optimizer
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,6 +82,7 @@ def connected_client(client=None):
 # ---------------------------------------------------------------------------------------------
 # The shipped function and the parts, on the cluster
 
+
 def ship(client, shipped: Shipped):
     """A future of ``shipped`` on the cluster: each worker fetches it once and keeps it."""
     return client.submit(identity, shipped, key=f"morphjit-loss-{shipped.token}")
@@ -97,6 +98,7 @@ def tree_sum(client, futures: list, split_every: int):
 
 # ---------------------------------------------------------------------------------------------
 # Data held as Dask arrays
+
 
 def nonempty(row_chunks: tuple) -> tuple:
     """The chunk sizes along the rows without the empty ones, which hold nothing to add (a
@@ -245,6 +247,7 @@ def dataset_loss(loss, *data, reduction="mean", client=None, rows_per_call=ROWS_
 # ---------------------------------------------------------------------------------------------
 # Parameter trees as one vector (scipy.optimize)
 
+
 class FlatParams:
     """A parameter tree as one float64 vector and back, with the tree's shapes and dtypes."""
 
@@ -285,6 +288,7 @@ class FlatObjective:
 
 # ---------------------------------------------------------------------------------------------
 # Data-parallel training
+
 
 def shard_sizes(rows: int, shards) -> tuple[int, ...]:
     """``rows`` cut into ``shards`` consecutive shards whose sizes differ by at most one."""

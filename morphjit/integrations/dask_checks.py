@@ -13,10 +13,9 @@ import distributed
 import numpy as np
 from dask.array.utils import meta_from_array
 
-from ..util import pytree
-from ..jit.compiled import check_differentiable, check_plain, is_plain_array
-from ..util.errors import DtypeError
-from ..tracing.tracer import SUPPORTED_DTYPES
+from ..jit import check_differentiable, check_plain, is_plain_array
+from ..tracing import SUPPORTED_DTYPES
+from ..util import DtypeError, pytree
 
 REDUCTIONS = ("mean", "sum")
 
@@ -75,6 +74,7 @@ def param_copies(params) -> tuple[list, pytree.TreeDef]:
 
 # ---------------------------------------------------------------------------------------------
 # The data
+
 
 def check_data(data) -> list:
     """The data arrays, checked: Dask arrays of NumPy chunks of a dtype morphjit traces, every

@@ -22,11 +22,8 @@ import distributed
 import numpy as np
 from distributed.protocol import pickle as dask_pickle
 
-from ..util import pytree
-from ..jit.compiled import CompiledLoss, compile_loss
-from ..util.errors import MorphjitError
-from ..jit.optim import Optimizer
-from ..jit.train import TrainStep, train_step
+from ..jit import CompiledLoss, Optimizer, TrainStep, compile_loss, train_step
+from ..util import VERSION, MorphjitError, pytree
 
 VERSIONED = ("morphjit", "numba", "numpy")
 
@@ -42,6 +39,7 @@ class WorkerError(MorphjitError, RuntimeError):
 
 # ---------------------------------------------------------------------------------------------
 # Errors that reach the client
+
 
 def raising_only(kept):
     """A decorator: the function raises an error as it is if ``kept(error)``, else as a
@@ -104,11 +102,11 @@ def described(error: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------
 # Versions: checked again by a worker before it compiles
 
+
 def versions() -> dict[str, str]:
     """The versions of the packages a compiled step depends on, in this process."""
-    from .. import __version__
     import numba
-    return {"morphjit": __version__, "numba": numba.__version__, "numpy": np.__version__}
+    return {"morphjit": VERSION, "numba": numba.__version__, "numpy": np.__version__}
 
 
 def mismatch(expected: dict, found: dict) -> str | None:
@@ -119,6 +117,7 @@ def mismatch(expected: dict, found: dict) -> str | None:
 
 # ---------------------------------------------------------------------------------------------
 # The function shipped to the workers, compiled once per worker
+
 
 @dataclass(frozen=True)
 class Shipped:
@@ -356,6 +355,7 @@ def identity(x):
 
 # ---------------------------------------------------------------------------------------------
 # Tasks of data_parallel
+
 
 def minibatch_rows(seed: int, shard: int, step: int, rows: int, batch_size: int | None) -> np.ndarray | None:
     """The rows of a shard in a step's minibatch (None: the whole shard)."""

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..util import pytree
-from ..jit.compiled import CompiledLoss, compile_loss
-from ..util.errors import DtypeError, TracingError
-from ..jit.second import MAX_HESSIAN_PARAMETERS, HVP, Hessian
+from ..jit import HVP, MAX_HESSIAN_PARAMETERS, CompiledLoss, Hessian, compile_loss
+from ..util import DtypeError, TracingError, pytree
 
 
 class ScipyObjective:

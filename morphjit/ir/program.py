@@ -1,230 +1,20 @@
-"""The SSA IR: typed values, bindings, programs, their text form and verifier.
+"""The SSA IR: values, bindings, programs, their text form and their verifier.
 
 A program is a list of bindings ``out = op inputs params`` in topological order. Inputs of a
 binding are values (``Var``) or scalar literals (``Lit``). Printing renumbers values in order of
-definition, so two structurally equal programs print identically, and ``parse`` reads the text
-back, which lets tests state programs as text.
-
-One module by design: types, symbolic extents, values, bindings, the text form and its parser,
-and the verifier are one vocabulary that every stage speaks; splitting it would only add imports.
+definition, so two structurally equal programs print identically (``parse`` reads the text back).
+The printer and the verifier are here with the program, whose ``str()`` and ``verify()`` they are.
 """
 from __future__ import annotations
 
-import ast
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
 
-from ..util.errors import SourceLoc
-
-DTYPE_NAMES = {
-    np.dtype(np.float32): "f32",
-    np.dtype(np.float64): "f64",
-    np.dtype(np.int32): "i32",
-    np.dtype(np.int64): "i64",
-    np.dtype(np.bool_): "bool",
-}
-DTYPES_BY_NAME = {name: dt for dt, name in DTYPE_NAMES.items()}
-FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def dtype_name(dtype) -> str:
-    return DTYPE_NAMES[np.dtype(dtype)]
-
-
-def is_float(dtype) -> bool:
-    return np.dtype(dtype) in FLOAT_DTYPES
-
-
-# ---------------------------------------------------------------------------------------------
-# Symbolic extents: the batch size B
-
-
-class Specialize(Exception):
-    """Raised where a program's meaning needs the concrete batch size (a comparison, a slice
-    bound, a Python int): the signature is traced again with concrete shapes."""
-
-
-class Sym:
-    """An extent that depends on the run-time batch size ``B``: a polynomial in ``B`` with
-    non-negative integer coefficients (``B``, ``784*B``, ``B**2``, ``B+1``).
-
-    Arithmetic that stays such a polynomial works; anything that would need the value of ``B``
-    (ordering, truth, ``int()``) raises ``Specialize``.
-    """
-
-    __slots__ = ("terms",)
-
-    def __init__(self, terms):
-        self.terms = tuple(sorted((p, c) for p, c in dict(terms).items() if c))
-
-    @staticmethod
-    def of(value):
-        """``value`` as a polynomial (ints are constant ones)."""
-        if isinstance(value, Sym):
-            return value
-        return Sym({0: int(value)})
-
-    @staticmethod
-    def simplify(terms) -> "Sym | int":
-        s = Sym(terms)
-        return s if any(p for p, _ in s.terms) else dict(s.terms).get(0, 0)
-
-    def __add__(self, other):
-        if not isinstance(other, (Sym, int)):
-            return NotImplemented
-        terms = dict(self.terms)
-        for p, c in Sym.of(other).terms:
-            terms[p] = terms.get(p, 0) + c
-        return Sym.simplify(terms)
-
-    __radd__ = __add__
-
-    def __mul__(self, other):
-        if not isinstance(other, (Sym, int)):
-            return NotImplemented
-        terms: dict[int, int] = {}
-        for p, c in self.terms:
-            for q, d in Sym.of(other).terms:
-                terms[p + q] = terms.get(p + q, 0) + c * d
-        return Sym.simplify(terms)
-
-    __rmul__ = __mul__
-
-    def __floordiv__(self, other):
-        """Exact division by an int or a single term; anything else needs the value of B."""
-        divisor = Sym.of(other).terms
-        if len(divisor) != 1:
-            raise Specialize(f"{self} // {other}")
-        (q, d), = divisor
-        if any(p < q or c % d for p, c in self.terms):
-            raise Specialize(f"{self} // {other}")
-        return Sym.simplify({p - q: c // d for p, c in self.terms})
-
-    def __rfloordiv__(self, other):
-        if Sym.of(other) == self:
-            return 1
-        raise Specialize(f"{other} // {self}")
-
-    def __pow__(self, exponent: int):
-        result = 1
-        for _ in range(exponent):
-            result = result * self
-        return result
-
-    def __eq__(self, other):
-        if isinstance(other, Sym):
-            return self.terms == other.terms
-        return False if isinstance(other, (int, np.integer)) else NotImplemented
-
-    def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-    def __hash__(self):
-        return hash(self.terms)
-
-    def _needs_value(self, *_):
-        raise Specialize(f"the program depends on the value of the batch size ({self})")
-
-    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __index__ = __int__ = __float__ = _needs_value
-    __sub__ = __rsub__ = __truediv__ = __rtruediv__ = __mod__ = __rmod__ = __neg__ = _needs_value
-
-    def evaluate(self, batch: int) -> int:
-        return sum(c * batch ** p for p, c in self.terms)
-
-    def magnitude(self) -> tuple:
-        """An ordering key for heuristics: larger powers of B dominate."""
-        return tuple((p, c) for p, c in reversed(self.terms))
-
-    def __str__(self) -> str:
-        parts = []
-        for p, c in reversed(self.terms):
-            power = "" if p == 0 else BATCH if p == 1 else f"{BATCH}**{p}"
-            parts.append(str(c) if not power else power if c == 1 else f"{c}*{power}")
-        return "+".join(parts)
-
-    __repr__ = __str__
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self), spec.rstrip("d"))
-
-
-BATCH = "B"
-BATCH_SIZE = Sym({1: 1})
-
-
-def evaluate(value, batch: int):
-    """``value`` (an extent, a shape, a parameter) with the batch size filled in."""
-    if isinstance(value, Sym):
-        return value.evaluate(batch)
-    if isinstance(value, tuple):
-        return tuple(evaluate(v, batch) for v in value)
-    if isinstance(value, dict):
-        return {k: evaluate(v, batch) for k, v in value.items()}
-    return value
-
-
-def batch_size(inputs, arrays) -> int | None:
-    """The batch size of a call: the leading extent of the arrays whose input's is symbolic."""
-    sizes = {np.shape(a)[0] for v, a in zip(inputs, arrays) if v.shape and isinstance(v.shape[0], Sym)}
-    if len(sizes) > 1:
-        raise ValueError(f"inputs disagree on the batch size: {sorted(sizes)}")
-    return sizes.pop() if sizes else None
-
-
-def is_symbolic(value) -> bool:
-    if isinstance(value, Sym):
-        return True
-    return isinstance(value, tuple) and any(is_symbolic(v) for v in value)
-
-
-def degree(extent) -> int:
-    """The highest power of the batch size in an extent or size."""
-    return extent.terms[-1][0] if isinstance(extent, Sym) else 0
-
-
-def upper_bound(a, b):
-    """The coefficient-wise maximum of two sizes: at least either, for every batch size."""
-    if not isinstance(a, Sym) and not isinstance(b, Sym):
-        return max(a, b)
-    terms = dict(Sym.of(a).terms)
-    for p, c in Sym.of(b).terms:
-        terms[p] = max(terms.get(p, 0), c)
-    return Sym.simplify(terms)
-
-
-def magnitude(extent) -> tuple:
-    """Ordering key of an extent or size, B taken as large (for cost heuristics only)."""
-    return extent.magnitude() if isinstance(extent, Sym) else ((0, extent),)
-
-
-@dataclass(frozen=True)
-class TensorType:
-    shape: tuple[int, ...]
-    dtype: np.dtype
-
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(d if isinstance(d, Sym) else int(d) for d in self.shape))
-        object.__setattr__(self, "dtype", np.dtype(self.dtype))
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int | Sym:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int | Sym:
-        return self.size * self.dtype.itemsize
-
-    def __str__(self) -> str:
-        return f"{dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+from ..util import SourceLoc
+from .op import OPS
+from .types import TensorType, dtype_name
 
 
 class Var:
@@ -271,32 +61,6 @@ class Lit:
             return str(self.value)
         text = repr(self.value)
         return text if self.dtype == np.float64 else f"{text}:{dtype_name(self.dtype)}"
-
-
-class Constants:
-    """``K`` of a scalar template: ``K(0.5)`` renders a constant in the op's dtype, ``K.dtype``."""
-
-    def __init__(self, dtype, render=None):
-        self.dtype = np.dtype(dtype)
-        self.render = render or literal
-
-    def __call__(self, value) -> str:
-        return self.render(value, self.dtype)
-
-
-def literal(value, dtype) -> str:
-    """A constant of ``dtype`` as source text (so float32 loops stay in float32)."""
-    dtype = np.dtype(dtype)
-    if isinstance(value, Sym):
-        return f"np.{dtype.name}({value})"
-    if dtype == np.bool_:
-        return str(bool(value))
-    if dtype.kind in "iu":
-        return f"np.{dtype.name}({int(value)})"
-    value = float(value)
-    text = repr(value) if math.isfinite(value) else ("np.nan" if math.isnan(value) else
-                                                     ("np.inf" if value > 0 else "-np.inf"))
-    return text if dtype == np.float64 else f"np.{dtype.name}({text})"
 
 
 Operand = Var | Lit
@@ -354,6 +118,7 @@ def _freeze(value):
 
 # ---------------------------------------------------------------------------------------------
 # Text form
+
 
 def format_program(program: Program) -> str:
     names = Namer()
@@ -423,94 +188,12 @@ class Namer:
             return f"?{v.type}"
 
 
-_DECL = re.compile(r"^(v\d+):(\w+)\[([\dB*+,]*)\]$")
-
-
-def parse(text: str) -> Program:
-    """Read a program back from its text form (constants become zeros)."""
-    env: dict[str, Var] = {}
-    inputs, consts, bindings, outputs = [], [], [], []
-    for raw in text.strip().splitlines():
-        line = raw.strip()
-        head, _, rest = line.partition(" ")
-        if head == "in":
-            inputs = [_declare(tok, env) for tok in rest.split()]
-        elif head == "const":
-            consts = [(v, np.zeros(v.shape, v.dtype)) for v in (_declare(t, env) for t in rest.split())]
-        elif head == "out":
-            outputs = [env[tok] for tok in rest.split()]
-        else:
-            bindings.append(_parse_binding(line, env))
-    return Program(tuple(inputs), tuple(bindings), tuple(outputs), tuple(consts))
-
-
-def _declare(token: str, env: dict[str, Var]) -> Var:
-    m = _DECL.match(token)
-    if not m:
-        raise ValueError(f"bad value declaration {token!r}")
-    name, dt, dims = m.groups()
-    shape = tuple(_parse_extent(d) for d in dims.split(",") if d)
-    env[name] = Var(TensorType(shape, DTYPES_BY_NAME[dt]))
-    return env[name]
-
-
-_TOKEN = re.compile(r"""(?:[^\s'"]+|'[^']*'|"[^"]*")+""")   # split at spaces outside quotes
-
-
-def _parse_binding(line: str, env: dict[str, Var]) -> Binding:
-    lhs, _, rhs = line.partition(" = ")
-    tokens = _TOKEN.findall(rhs)
-    op, args = tokens[0], tokens[1:]
-    inputs, params = [], {}
-    for tok in args:
-        if "=" in tok:
-            key, _, value = tok.partition("=")
-            params[key] = _parse_param(value)
-        elif tok in env:
-            inputs.append(env[tok])
-        else:
-            inputs.append(_parse_literal(tok))
-    out = _declare(lhs, env)
-    return Binding(out, op, tuple(inputs), params_of(params))
-
-
-_EXTENT = re.compile(r"^[\dB*+(),]*$")
-
-
-def _parse_extent(text: str):
-    """An extent or a tuple of them, as printed (``784*B``, ``B**2+1``, ``(B,10)``)."""
-    if not _EXTENT.match(text):
-        raise ValueError(f"bad extent {text!r}")
-    return eval(text, {"__builtins__": {}}, {BATCH: BATCH_SIZE})
-
-
-def _parse_param(text: str):
-    if BATCH in text and _EXTENT.match(text):
-        return _parse_extent(text)
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return float(text) if text in ("inf", "-inf", "nan") else text  # repr of non-finite floats
-
-
-def _parse_literal(tok: str) -> Lit:
-    value, _, dt = tok.partition(":")
-    if value in ("True", "False"):
-        return Lit(value == "True", np.bool_)
-    dtype = DTYPES_BY_NAME[dt or "f64"]
-    return Lit(float(value) if is_float(dtype) else int(value), dtype)
-
-
 # ---------------------------------------------------------------------------------------------
 # Verifier
 
+
 class VerifyError(AssertionError):
     pass
-
-
-# op name -> its type rule ``infer(input types, **params) -> TensorType``; the op table (which is
-# built on this module) registers each op's rule here as it defines the op.
-TYPE_RULES: dict = {}
 
 
 def verify(program: Program) -> None:
@@ -533,9 +216,9 @@ def verify(program: Program) -> None:
         for x in b.inputs:
             if isinstance(x, Var) and id(x) not in defined:
                 raise VerifyError(f"{format_binding(b, names)}: operand used before definition")
-        if b.op not in TYPE_RULES:
+        if b.op not in OPS:
             raise VerifyError(f"unknown op {b.op!r}")
-        expected = TYPE_RULES[b.op]([x.type for x in b.inputs], **b.kwargs)
+        expected = OPS[b.op].infer([x.type for x in b.inputs], **b.kwargs)
         names.name(b.out)
         if expected != b.out.type:
             raise VerifyError(f"{format_binding(b, names)}: op gives {expected}")

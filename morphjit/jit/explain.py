@@ -12,19 +12,13 @@ import html
 import os
 from dataclasses import dataclass, field
 
-from ..cache import policy as disk_cache
+from ..backend import Fusion, Plan
+from ..ir import (OPS, VIEW, Alias, Binding, Gemm, Lapack, Namer, Nest, Program, RangeCheck, RowNest, ScatterAdd,
+                  Var, batch_size, evaluate, format_binding)
+from ..native import vecmath, with_copied_generators
+from ..runtime import NativeStep, kernels
 from ..util import config
-from . import feedback
-from ..runtime import kernels
-from . import pipeline
-from ..native import vecmath
-from ..backend.fusion import Fusion
-from ..ir.program import Binding, Namer, Program, Var, batch_size, evaluate, format_binding
-from ..ops.core import OPS, VIEW
-from ..ir.loop import Alias, Gemm, Lapack, Nest, RangeCheck, RowNest, ScatterAdd
-from ..backend.plan import Plan
-from ..api.random import with_copied_generators
-from ..runtime.step import NativeStep
+from . import feedback, pipeline
 
 STAGE_LABELS = {stage.name: stage.label for stage in pipeline.NATIVE}
 NUMBA_LABELS = {feedback.COMPILED: "numba compile", feedback.DISK: "numba disk-cache load",

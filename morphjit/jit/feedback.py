@@ -75,8 +75,6 @@ NO_TIMINGS = _NoTimings()
 # The status line
 
 
-
-
 def _ipython_shell():
     ipython = sys.modules.get("IPython")  # never import IPython just to look for it
     get = getattr(ipython, "get_ipython", None)

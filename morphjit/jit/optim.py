@@ -16,7 +16,7 @@ import math
 import numbers
 from typing import Callable
 
-from ..api import core as A
+from .. import api as A
 
 LearningRate = float | Callable[[int], float]
 

@@ -14,15 +14,14 @@ import inspect
 
 import numpy as np
 
-from ..api import core as A
-from ..util import pytree
+from .. import api as A
+from ..ir import is_float
+from ..native import replaying_generators
+from ..tracing import Tracer, argument_names
+from ..transforms import backward
+from ..util import DtypeError, ShapeError, TracingError, pytree, user_location
 from .compiled import CompiledLoss, compile_loss
-from ..util.errors import DtypeError, ShapeError, TracingError, user_location
-from ..ir.program import is_float
-from ..api.random import replaying_generators
 from .static_args import StaticArguments
-from ..tracing.tracer import Tracer, argument_names
-from ..transforms.vjp import backward
 
 MAX_HESSIAN_PARAMETERS = 2000   # a dense Hessian of more costs too many HVPs (and 32 MB and up)
 

@@ -14,8 +14,8 @@ import struct
 
 import numpy as np
 
-from ..util.errors import TracingError, user_location
-from ..tracing.tracer import argument_names
+from ..tracing import argument_names
+from ..util import TracingError, user_location
 
 
 class StaticArguments:

@@ -14,20 +14,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..api import core as A
-from ..runtime import interp
+from .. import api as A
+from ..backend import can_write_in_place, make_plan, write_in_place
+from ..ir import Program, TensorType, Var, is_float
+from ..runtime import NativeStep, fast_update, interp
+from ..tracing import Trace, Tracer
+from ..util import DtypeError, TracingError, pytree
 from . import pipeline
-from ..util import pytree
-from .compiled import (BACKENDS, CallSite, CallStats, CompiledLoss, arg_spec, argument_paths, check_plain,
-    label_error, leaf_signature, name_hint)
-from ..util.errors import DtypeError, TracingError
-from ..runtime.fastpath import fast_update
-from ..ir.program import Program, TensorType, Var, is_float
+from .callsite import CallSite, CallStats, leaf_signature
+from .checks import arg_spec, argument_paths, check_plain, label_error
+from .compiled import BACKENDS, CompiledLoss, name_hint
 from .optim import Optimizer
-from ..backend.plan import can_write_in_place, make_plan, write_in_place
-from ..runtime.step import NativeStep
 from .static_args import StaticArguments
-from ..tracing.tracer import Trace, Tracer
 
 STEP = "step"   # the state entry counting the updates done
 
@@ -67,11 +65,12 @@ def training_stages(optimizer: Optimizer, native: bool) -> tuple:
     and, for the native backend, the in-place writes after the plan."""
     update = pipeline.Stage("update", "adding the optimiser update", "optimiser update",
                             functools.partial(update_stage, optimizer), "program")
+    stages = pipeline.inserted_after(pipeline.NATIVE if native else pipeline.FRONT, "passes", update)
     if not native:
-        return pipeline.inserted(pipeline.FRONT, pipeline.PASSES, update)
+        return stages
     in_place = pipeline.Stage("write_in_place", "planning", "in-place updates",
                               functools.partial(in_place_stage, optimizer), "plan")
-    return pipeline.inserted(pipeline.inserted(pipeline.NATIVE, pipeline.PASSES, update), pipeline.PLAN, in_place)
+    return pipeline.inserted_after(stages, "plan", in_place)
 
 
 def update_stage(optimizer: Optimizer, build: pipeline.Build) -> None:

@@ -25,8 +25,8 @@ from numba import types
 from numba.core import config
 from numba.extending import intrinsic
 
+from ..util import vecmath_enabled
 from . import vecforms
-from ..util.config import vecmath_enabled
 
 # The op name, its C library name and its arity. float32 forms append "f" to the C name.
 FUNCTIONS = {"exp": ("exp", 1), "log": ("log", 1), "log1p": ("log1p", 1), "sin": ("sin", 1),

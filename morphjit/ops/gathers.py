@@ -8,14 +8,14 @@ zeros of ``shape`` with every element of ``g`` added at the position the gather 
 so repeated indices accumulate. Each is the other's VJP. ``names`` holds the argument path of
 each index array that is an argument ("" for others), for the range check's message; a
 ``slice_length`` marks the read of a slice with traced bounds of that length, whose index is the
-axis length where NumPy's slice has no element (``numpy_index``), refused by its range check.
+axis length where NumPy's slice has no element (``api.indexing``), refused by its range check.
 ``iota(shape, axis, dtype)`` is the index along ``axis`` at every element (``np.arange(n)`` whose
 ``n`` may be the batch size).
 
 In a loop a gather is a ``Gather`` expression (a load whose index along the picked axes is read
 from the index arrays), inlined into its consumers like any element-wise op; a scatter-add is a
 zero fill and a ``ScatterAdd`` instruction. Both read their operands from buffers (the index
-arrays are range-checked once per call by the plan, see ``plan.range_checks``), except an iota
+arrays are range-checked once per call by the plan, see ``backend.plan.range_checks``), except an iota
 no longer than its axis: a gather reads along it as along a loop index (``x[np.arange(n), y]``
 reads ``x[i, y[i]]``), with no index array and nothing to check.
 """
@@ -23,12 +23,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import core as ops
-from ..util.errors import DtypeError, ShapeError
-from ..ir.index import IndexMap, broadcast_map
-from ..ir.program import DTYPES_BY_NAME, Sym, TensorType
-from ..ir.loop import Apply, Const, Gather, Load, Position, ScatterAdd, loop
-from .core import ELEMENTWISE, SOURCE, STRUCTURAL, broadcast_shapes, defop
+from .. import api as A
+from ..ir import (DTYPES_BY_NAME, ELEMENTWISE, SOURCE, STRUCTURAL, Apply, Const, Gather, IndexMap, Load, Position,
+                  ScatterAdd, Sym, TensorType, broadcast_map, broadcast_shapes, defop, loop)
+from ..util import DtypeError, ShapeError
 
 
 def index_shape(op: str, index_types) -> tuple:
@@ -165,11 +163,11 @@ def _iota_body(expr, b, imap: IndexMap) -> Position:
 
 
 def _gather_vjp(g, ans, x, *index, axis, names=(), slice_length=0):
-    return (ops.A.scatter_add(g, index, x.shape, axis, names, slice_length),) + (None,) * len(index)
+    return (A.scatter_add(g, index, x.shape, axis, names, slice_length),) + (None,) * len(index)
 
 
 def _scatter_add_vjp(g, ans, updates, *index, shape, axis, names=(), slice_length=0):
-    return (ops.A.gather(g, index, axis, names, slice_length),) + (None,) * len(index)
+    return (A.gather(g, index, axis, names, slice_length),) + (None,) * len(index)
 
 
 # The updates of a scatter-add are computed inside its loop.

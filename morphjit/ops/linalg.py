@@ -21,16 +21,15 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg
 
-from ..api import core as A
-from ..util.errors import DtypeError, ShapeError
-from ..ir.program import Lit, TensorType, is_float
-from ..api.indexing import getitem
-from .core import LINALG, OPS, broadcast_shapes, defop, same_dtype
-from ..tracing.tracer import Tracer
+from .. import api as A
+from ..api import getitem
+from ..ir import LINALG, Lit, TensorType, broadcast_shapes, defop, is_float, same_dtype
+from ..util import DtypeError, ShapeError
 
 
 # ---------------------------------------------------------------------------------------------
 # Shape rules: the core is the last two axes (one for a vector right-hand side); the rest batch.
+
 
 def _square(op: str, t: TensorType) -> int:
     if not is_float(t.dtype):
@@ -93,6 +92,7 @@ def _qr_rule(types):
 # ---------------------------------------------------------------------------------------------
 # Reference implementations (the interp backend, and eager calls on NumPy arrays)
 
+
 def _batched(fn, *arrays):
     """``fn`` applied to each batch element of the matrices ``arrays`` (broadcast over the
     leading axes)."""
@@ -145,13 +145,6 @@ def _qr(a):
 # ---------------------------------------------------------------------------------------------
 # VJP rules
 
-def apply(op_name: str, operands, **params):
-    """Bind on traced operands, or compute with the reference implementation."""
-    traced = next((x for x in operands if isinstance(x, Tracer)), None)
-    if traced is not None:
-        return traced.trace.bind(op_name, operands, **params)
-    return np.asarray(OPS[op_name].impl(*operands, **params))
-
 
 def _tril_mask(n: int, k: int = 0) -> np.ndarray:
     return np.tril(np.ones((n, n), bool), k)
@@ -178,9 +171,9 @@ def _cholesky_vjp(g, L, a):
     if _zero_off_diagonal(g):
         return (_read_from_lower(_diagonal_cholesky_vjp(g, L)),)
     halve_diagonal = 1.0 - 0.5 * np.eye(L.shape[-1], dtype=L.dtype)
-    phi = _tril(apply("triangular_matmul", [L, g], lower=True, trans=True)) * halve_diagonal
-    right = A.swap_last(apply("solve_triangular", [L, A.swap_last(phi)], lower=True, trans=True))
-    return (_read_from_lower(apply("solve_triangular", [L, right], lower=True, trans=True)),)
+    phi = _tril(A.bind("triangular_matmul", [L, g], lower=True, trans=True)) * halve_diagonal
+    right = A.swap_last(A.bind("solve_triangular", [L, A.swap_last(phi)], lower=True, trans=True))
+    return (_read_from_lower(A.bind("solve_triangular", [L, right], lower=True, trans=True)),)
 
 
 def _diagonal_cholesky_vjp(g, L):
@@ -189,7 +182,7 @@ def _diagonal_cholesky_vjp(g, L):
     a trtri and a lauum (n^3 / 3 each) where the general rule needs a trmm and two solves (3 n^3)."""
     eye = np.eye(L.shape[-1], dtype=L.dtype)
     e = A.sum(g * L * eye, axis=-1) * 0.5
-    return apply("weighted_gram", [apply("triangular_inverse", [L], lower=True), e])
+    return A.bind("weighted_gram", [A.bind("triangular_inverse", [L], lower=True), e])
 
 
 def _zero_off_diagonal(x) -> bool:
@@ -226,26 +219,26 @@ def _cho_solve_vjp(g, x, a, c, b, lower):
     -bbar x^T read from the lower triangle, bbar = a^-1 g (Giles 2008). The factor gets no
     cotangent: its dependence on ``a`` is accounted for here, so reverse mode does not go through
     the factorisation for this use."""
-    gb = apply("cho_solve", [a, c, g], lower=lower)
+    gb = A.bind("cho_solve", [a, c, g], lower=lower)
     return -_read_from_lower(gb @ A.swap_last(x)), None, gb
 
 
 def _solve_triangular_vjp(g, x, a, b, lower, trans):
-    gb = apply("solve_triangular", [a, g], lower=lower, trans=not trans)
+    gb = A.bind("solve_triangular", [a, g], lower=lower, trans=not trans)
     ga = -(x @ A.swap_last(gb)) if trans else -(gb @ A.swap_last(x))
     return (_tril(ga) if lower else _triu(ga)), gb
 
 
 def _triangular_matmul_vjp(g, ans, a, b, lower, trans):
-    gb = apply("triangular_matmul", [a, g], lower=lower, trans=not trans)
+    gb = A.bind("triangular_matmul", [a, g], lower=lower, trans=not trans)
     ga = b @ A.swap_last(g) if trans else g @ A.swap_last(b)
     return (_tril(ga) if lower else _triu(ga)), gb
 
 
 def _triangular_inverse_vjp(g, w, a, lower):
     """w = a^-1: abar = -w^T g w^T, masked to the triangle read."""
-    gw = apply("triangular_matmul", [w, g], lower=lower, trans=True)
-    ga = -A.swap_last(apply("triangular_matmul", [w, A.swap_last(gw)], lower=lower, trans=False))
+    gw = A.bind("triangular_matmul", [w, g], lower=lower, trans=True)
+    ga = -A.swap_last(A.bind("triangular_matmul", [w, A.swap_last(gw)], lower=lower, trans=False))
     return ((_tril(ga) if lower else _triu(ga)),)
 
 
@@ -256,7 +249,7 @@ def _weighted_gram_vjp(g, ans, w, e):
 
 
 def _solve_vjp(g, x, a, b):
-    gb = apply("solve", [A.swap_last(a), g])
+    gb = A.bind("solve", [A.swap_last(a), g])
     return -(gb @ A.swap_last(x)), gb
 
 
@@ -266,12 +259,12 @@ def _inv_vjp(g, ans, a):
 
 
 def _det_vjp(g, ans, a):
-    return (A.expand_dims(A.expand_dims(g * ans, -1), -1) * A.swap_last(apply("inv", [a])),)
+    return (A.expand_dims(A.expand_dims(g * ans, -1), -1) * A.swap_last(A.bind("inv", [a])),)
 
 
 def _slogdet_vjp(g, ans, a):
     glog = getitem(g, (Ellipsis, slice(1, 2), None))   # the sign is piecewise constant
-    return (glog * A.swap_last(apply("inv", [a])),)
+    return (glog * A.swap_last(A.bind("inv", [a])),)
 
 
 def _eigh_vjp(g, ans, a):
@@ -296,7 +289,7 @@ def _qr_vjp(g, ans, a):
     mm = r @ A.swap_last(gr) - A.swap_last(gq) @ q
     copyltu = _tril(mm) + A.swap_last(_tril(mm, -1))
     rhs = gq + q @ copyltu
-    return (A.swap_last(apply("solve_triangular", [r, A.swap_last(rhs)], lower=False, trans=False)),)
+    return (A.swap_last(A.bind("solve_triangular", [r, A.swap_last(rhs)], lower=False, trans=False)),)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.program import evaluate, is_symbolic
-from ..util.pytree import TreeDef
-from ..api.random import GENERATORS, seed_of
+from ..ir import evaluate, is_symbolic
+from ..native import GENERATORS, seed_of
+from ..util import Source, TreeDef
 from .step import NativeStep, Workspace
-from ..util.source import Source
 
 
 class FastPath(Source):
@@ -85,7 +84,7 @@ class FastPath(Source):
             self.line(f"if type({name}) is not ndarray or {other_dtype(name, f'D{k}')}: return None")
             self.line(f"s = {name}.shape")
             self.line(f"if len(s) != {len(shape)}{trailing}: return None")
-            if batch == "define":   # a batch of one has a step of its own (compiler.batched_leaves)
+            if batch == "define":   # a batch of one has a step of its own (jit.callsite.batched_leaves)
                 self.line("B = s[0]")
                 self.line("if B == 1: return None")
             else:

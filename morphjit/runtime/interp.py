@@ -11,14 +11,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..api import random as rng
-from ..ir.index import IndexMap
-from ..ir.program import Lit, Namer, Program, batch_size, evaluate, format_binding
-from ..ir.loop import (Acc, Alias, Apply, Const, Gather, Gemm, Lapack, Load, Nest, OneHot, Position, Random,
-    RangeCheck, RowNest, ScatterAdd)
-from ..ops.core import OPS
-from ..backend.plan import check_not_empty, empty_reductions, range_checks
-from .step import OUT_OF_RANGE
+from ..backend import check_not_empty, empty_reductions, range_checks
+from ..ir import (OPS, Acc, Alias, Apply, Const, Gather, Gemm, IndexMap, Lapack, Lit, Load, Namer, Nest, OneHot,
+                  Position, Program, Random, RangeCheck, RowNest, ScatterAdd, batch_size, evaluate, format_binding)
+from ..native import OUT_OF_RANGE, random as rng
 
 
 def run(program: Program, *args) -> list[np.ndarray]:
@@ -49,6 +45,7 @@ def run(program: Program, *args) -> list[np.ndarray]:
 
 # ---------------------------------------------------------------------------------------------
 # The replay plan, executed with NumPy over the planned pool (so slot sharing is exercised)
+
 
 def run_plan(plan, *args) -> list[np.ndarray]:
     """Execute a replay plan's instructions in order, every pooled value in its planned slot."""

@@ -8,7 +8,7 @@ by the text's hash; the step declares that symbol as an external function and ca
 therefore links no kernel code into its own module: repeated layers, time steps and models that
 share layers with a model compiled before (an edit in a notebook, another process) reuse the
 kernel's machine code, and the step itself stays one native call, a thin sequence of calls. The
-step of a large program is a table of calls instead (``morphjit.table``), which reaches the same
+step of a large program is a table of calls instead (``morphjit.runtime.table``), which reaches the same
 C entry through a trampoline.
 
 A kernel's data pointers are marked ``noalias`` (`NoAliasCompiler`), so its vector loops have no
@@ -21,35 +21,26 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import hashlib
 import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 
 from llvmlite import binding as llvm
 from numba import types
 from numba.core import compiler
 
-from ..cache import policy as disk_cache
+from ..backend import KERNEL
+from ..cache import load_module, loaded_from_disk
+from ..native import imports
 from . import passmanagers
 
 passmanagers.free_after_use()   # every numba compilation of ours comes through here
 
 
-@functools.cache
-def source_digest(module: str) -> str:
-    """A digest of ``morphjit/native/<module>.py``, whose numba functions a cached step or kernel has
-    compiled in (numba's cache does not notice when a called function changes; the text must)."""
-    return hashlib.sha256((Path(__file__).parent.parent / "native" / f"{module}.py").read_bytes()).hexdigest()[:16]
-
-
-HEADER = ("import math\nimport numpy as np\nimport numba\nfrom morphjit.native import vecmath as vm\n"
-          "from morphjit.runtime.kernels import NoAliasCompiler\n"
-          f"from morphjit.native import npymath as npm  # {source_digest('npymath')}\n\n\n")
-NAME = "kernel"   # the function a kernel's source defines
+HEADER = "\n".join(["import math", "import numpy as np", "import numba", imports.VECMATH,
+                    "from morphjit.runtime.kernels import NoAliasCompiler", imports.NPYMATH]) + "\n\n\n"
 
 
 class NoAliasCompiler(compiler.Compiler):
@@ -115,7 +106,7 @@ def loaded(source: str, pointers: int, extents: int) -> tuple[Loaded, str]:
         known, origin = _loaded.get(source), "reused"
         if known is None:
             known = _loaded[source] = compile_kernel(source, (types.voidptr,) * pointers + (types.intp,) * extents)
-            origin = "disk" if disk_cache.loaded_from_disk(known.dispatcher) else "compiled"
+            origin = "disk" if loaded_from_disk(known.dispatcher) else "compiled"
         _counts[origin] += 1
         _recent[source] = known
         _recent.move_to_end(source)
@@ -128,7 +119,7 @@ def loaded(source: str, pointers: int, extents: int) -> tuple[Loaded, str]:
 
 
 def compile_kernel(source: str, signature: tuple) -> Loaded:
-    dispatcher = getattr(disk_cache.load_module(HEADER + source, name_hint=NAME, cache=_caching.get()), NAME)
+    dispatcher = getattr(load_module(HEADER + source, name_hint=KERNEL, cache=_caching.get()), KERNEL)
     dispatcher.compile(signature)
     release_with_holder(dispatcher)
     overload = dispatcher.overloads[signature]

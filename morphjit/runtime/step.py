@@ -3,33 +3,16 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 
+from ..backend import Addresses, Frame, Plan, check_not_empty, empty_reductions
+from ..ir import batched_input, evaluate, internal_shape, is_symbolic
+from ..native import GENERATORS, seed_of
 from . import kernels
-from ..ir.loop import batched_input, internal_shape
-from ..api.random import GENERATORS, seed_of
-from ..ir.program import evaluate, is_symbolic
-from ..backend.plan import Plan, check_not_empty, empty_reductions
 
 
 VIEWS_KEPT = 64   # batch sizes whose views a workspace keeps; the least recently used go first
-
-
-@dataclass(frozen=True)
-class Addresses:
-    """A step argument: the data addresses (a uintp vector) of the pooled ``values`` that only
-    kernels use, in place of one array argument each."""
-    values: tuple
-
-
-@dataclass(frozen=True)
-class Frame:
-    """The argument of a table step (``morphjit.table``) between its inputs and outputs: its
-    frame, holding the data addresses of the constants and pooled ``values`` from place ``first``."""
-    values: tuple
-    first: int
 
 
 class NativeStep:
@@ -151,55 +134,6 @@ class Workspace:
     def _view(self, v, slot: int, batch: int) -> np.ndarray:
         shape = internal_shape(evaluate(v.shape, batch))
         return self.pool[slot][:math.prod(shape)].reshape(shape)
-
-
-class OutOfRange:
-    """A value outside its range, raised by the compiled step with the numbers only (what, low,
-    extent, value, position...): the message is formatted here, in Python."""
-
-    def __str__(self) -> str:
-        what, low, extent, value, *position = self.args
-        return f"{what} must lie in [{low}, {extent}), got {value} at position ({', '.join(map(str, position))})"
-
-
-class ValueOutOfRange(OutOfRange, ValueError):
-    pass
-
-
-class IndexOutOfRange(OutOfRange, IndexError):
-    pass
-
-
-class SliceOutOfRange(OutOfRange, IndexError):
-    """A slice with traced bounds that NumPy's slice at the bounds of this call does not fill: an
-    element of it has no position (its index is the axis length)."""
-
-    def __str__(self) -> str:
-        what, _, extent, _, element = self.args
-        return (f"{what} lacks its element {element} in NumPy's slice at this call's bounds (on an axis of "
-                f"{extent}): a slice with traced bounds keeps the length it was traced with, so its start and "
-                f"stop must lie inside the axis (both negative, or both non-negative)")
-
-
-class RefusedParameter(OutOfRange):
-    """A traced parameter of a draw that NumPy refuses (a negative scale), found by the compiled
-    step: ``what`` says which and why, the position is that of the first element refused."""
-
-    def __str__(self) -> str:
-        what, low, extent, value, *position = self.args
-        return f"{what}, at position ({', '.join(map(str, position))})" if position else what
-
-
-class RefusedValue(RefusedParameter, ValueError):
-    pass
-
-
-class RefusedRange(RefusedParameter, OverflowError):
-    pass
-
-
-OUT_OF_RANGE = {"ValueError": ValueOutOfRange, "IndexError": IndexOutOfRange,   # by RangeCheck.error
-                "ParameterValueError": RefusedValue, "ParameterOverflowError": RefusedRange, "slice": SliceOutOfRange}
 
 
 def prepare(x, dtype) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Table steps: the step of a large program as a table of kernel calls, run by one generic loop.
 
 Numba's compile time of a step grows with its statements and, quadratically, with its array
-arguments; a table step has neither. Its module (rendered by ``codegen``) loads the program's
+arguments; a table step has neither. Its module (rendered by ``backend.codegen``) loads the program's
 kernels and lists its calls as rows, ``k3(v5, v10, v4, v11, B)``: a kernel, the places of its
 arrays' data addresses in the *frame*, then its integers (extents, offsets; polynomials in the batch
 size ``B``). The step runs them with `run`, native code that is the same for every program (a few
@@ -30,13 +30,12 @@ from llvmlite import ir
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
+from ..backend import HEADER, RECORD
+from ..ir import BATCH_SIZE, evaluate
+from ..native import OUT_OF_RANGE
 from . import kernels
-from ..ir.program import BATCH_SIZE, evaluate
-from .step import OUT_OF_RANGE
 
 B = BATCH_SIZE   # the batch size in the rows' integers
-HEADER = 3       # frame[0:3]: offset of the first row, end of the rows, batch size
-RECORD = 8       # int64 words of the error record: the value, then its position
 
 # CPython's and NumPy's object layouts, as their C macros read them (PyTuple_GET_SIZE,
 # PyTuple_GET_ITEM, PyArray_DATA): ob_size follows the object header, the items follow the tuple

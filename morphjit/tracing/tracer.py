@@ -7,12 +7,8 @@ import threading
 
 import numpy as np
 
-from ..util import pytree
-from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error, updates_through_at
-from ..util.errors import DtypeError, MorphjitError, TracingError, UnsupportedError, user_location
-from ..ir.program import BATCH_SIZE, DTYPE_NAMES, Binding, Lit, Program, TensorType, Var, params_of
-from ..util.interrupts import guarded
-from ..ops.core import ELEMENTWISE, OPS
+from ..ir import BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, Binding, Lit, Program, TensorType, Var, params_of
+from ..util import DtypeError, MorphjitError, TracingError, UnsupportedError, guarded, pytree, user_location
 from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
 
 
@@ -83,7 +79,11 @@ def escaped_tracer_error() -> TracingError:
 
 
 class Tracer:
-    """A stand-in for an array while a function is traced: it carries shape and dtype only."""
+    """A stand-in for an array while a function is traced: it carries shape and dtype only.
+
+    What needs no array function is here; the operators, the methods, indexing and NumPy's
+    protocols are the array layer's, installed on this class once (``morphjit.api.methods``).
+    """
 
     __slots__ = ("trace", "operand", "weak")
     __array_priority__ = 1000
@@ -101,10 +101,10 @@ class Tracer:
     dtype = property(lambda self: self.operand.type.dtype)
     ndim = property(lambda self: self.operand.type.ndim)
     size = property(lambda self: self.operand.type.size)
-    T = property(lambda self: A.transpose(self))
     # As if C-contiguous (mj.as_strided reads strides computed from these).
     strides = property(lambda self: tuple(self.dtype.itemsize * math.prod(self.shape[k + 1:])
                                           for k in range(self.ndim)))
+    device = property(lambda self: "cpu")   # the array API standard's
 
     def __repr__(self) -> str:
         return f"Tracer({self.type})"
@@ -136,116 +136,13 @@ class Tracer:
 
     __index__ = __int__
 
-    def __array__(self, dtype=None, copy=None):
-        strided = as_strided_caller()
-        if strided is not None:
-            raise UnsupportedError("np.lib.stride_tricks.as_strided converts its argument to a NumPy array, which a "
-                                   "traced array cannot become: call mj.as_strided (window views) or "
-                                   "np.lib.stride_tricks.sliding_window_view instead", user_location(strided))
-        caller = scipy_caller()
-        if caller is not None:
-            raise scipy_conversion_error(*caller)
-        raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
-                                   "use the traced value with NumPy functions directly")
-
     def __hash__(self):
         return id(self)
-
-    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return A.apply_ufunc(ufunc, method, inputs, kwargs)
-
-    def __array_function__(self, func, types, args, kwargs):
-        return A.apply_function(func, args, kwargs)
-
-    __add__ = lambda self, other: A.add(self, other)
-    __radd__ = lambda self, other: A.add(other, self)
-    __sub__ = lambda self, other: A.subtract(self, other)
-    __rsub__ = lambda self, other: A.subtract(other, self)
-    __mul__ = lambda self, other: A.multiply(self, other)
-    __rmul__ = lambda self, other: A.multiply(other, self)
-    __truediv__ = lambda self, other: A.divide(self, other)
-    __rtruediv__ = lambda self, other: A.divide(other, self)
-    __pow__ = lambda self, other: A.power(self, other)
-    __rpow__ = lambda self, other: A.power(other, self)
-    # These dispatch through NumPy's ufuncs, so they need no array function of their own here.
-    __mod__ = lambda self, other: np.remainder(self, other)
-    __rmod__ = lambda self, other: np.remainder(other, self)
-    __floordiv__ = lambda self, other: np.floor_divide(self, other)
-    __rfloordiv__ = lambda self, other: np.floor_divide(other, self)
-    __divmod__ = lambda self, other: np.divmod(self, other)
-    __rdivmod__ = lambda self, other: np.divmod(other, self)
-    __round__ = lambda self, ndigits=None: np.round(self, ndigits or 0)
-    __matmul__ = lambda self, other: A.matmul(self, other)
-    __rmatmul__ = lambda self, other: A.matmul(other, self)
-    __neg__ = lambda self: A.negative(self)
-    __pos__ = lambda self: self
-    __abs__ = lambda self: A.abs(self)
-    __lt__ = lambda self, other: A.less(self, other)
-    __le__ = lambda self, other: A.less_equal(self, other)
-    __gt__ = lambda self, other: A.greater(self, other)
-    __ge__ = lambda self, other: A.greater_equal(self, other)
-    __eq__ = lambda self, other: A.equal(self, other)
-    __ne__ = lambda self, other: A.not_equal(self, other)
-    __and__ = lambda self, other: A.bitwise_and(self, other)
-    __rand__ = lambda self, other: A.bitwise_and(other, self)
-    __or__ = lambda self, other: A.bitwise_or(self, other)
-    __ror__ = lambda self, other: A.bitwise_or(other, self)
-    __invert__ = lambda self: A.invert(self)
-    __getitem__ = lambda self, key: getitem(self, key)
-
-    def __setitem__(self, key, value):
-        if not updates_through_at(inspect.currentframe().f_back):
-            raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
-                                   "array cannot be changed in place): write x = mj.at(x)[...].set(v) (or "
-                                   ".add(v) for np.add.at), or x = np.where(mask, v, x) for x[mask] = v",
-                                   user_location())
-        new = updated(self, key, value)
-        self.operand, self.weak = new.operand, new.weak
-
-    # The array API standard (SciPy with SCIPY_ARRAY_API=1): see morphjit.array_namespace.
-    device = property(lambda self: "cpu")
-    mT = property(lambda self: A.swap_last(self))
-
-    def __array_namespace__(self, *, api_version=None):
-        if api_version not in array_namespace.API_VERSIONS:
-            raise ValueError(f"morphjit's array namespace implements the array API "
-                             f"{array_namespace.__array_api_version__}, not {api_version}")
-        return array_namespace
 
     def to_device(self, device, /, *, stream=None):
         if device != self.device:
             raise ValueError(f"device {device!r}: traced arrays live on {self.device!r}")
         return self
-
-    def reshape(self, *shape, order="C", copy=None):
-        return A.reshape(self, shape[0] if len(shape) == 1 else shape, order=order, copy=copy)
-
-    def transpose(self, *axes):
-        return A.transpose(self, axes[0] if len(axes) == 1 else (axes or None))
-
-    # ndarray's methods take the arguments of NumPy's functions after the array.
-    sum = lambda self, *args, **kwargs: A.sum(self, *args, **kwargs)
-    mean = lambda self, *args, **kwargs: A.mean(self, *args, **kwargs)
-    max = lambda self, *args, **kwargs: A.max(self, *args, **kwargs)
-    min = lambda self, *args, **kwargs: A.min(self, *args, **kwargs)
-    var = lambda self, *args, **kwargs: A.var(self, *args, **kwargs)
-    std = lambda self, *args, **kwargs: A.std(self, *args, **kwargs)
-    astype = lambda self, dtype, order="K", casting="unsafe", subok=True, copy=True: A.astype(self, dtype, casting)
-    dot = lambda self, b, out=None: A.dot(self, b, out)
-    clip = lambda self, min=None, max=None, out=None, **kwargs: A.clip(self, min, max, out, **kwargs)
-    squeeze = lambda self, axis=None: A.squeeze(self, axis)
-    swapaxes = lambda self, axis1, axis2: A.swapaxes(self, axis1, axis2)
-    ravel = lambda self, order="C": A.ravel(self, order)
-    flatten = ravel
-    # Methods whose functions live in the op-family modules reach them through NumPy's dispatch.
-    prod = lambda self, *args, **kwargs: np.prod(self, *args, **kwargs)
-    argmax = lambda self, *args, **kwargs: np.argmax(self, *args, **kwargs)
-    argmin = lambda self, *args, **kwargs: np.argmin(self, *args, **kwargs)
-    any = lambda self, *args, **kwargs: np.any(self, *args, **kwargs)
-    all = lambda self, *args, **kwargs: np.all(self, *args, **kwargs)
-    cumsum = lambda self, *args, **kwargs: np.cumsum(self, *args, **kwargs)
-    cumprod = lambda self, *args, **kwargs: np.cumprod(self, *args, **kwargs)
-    round = lambda self, decimals=0: np.round(self, decimals)
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
@@ -334,8 +231,8 @@ def readable_path(path: str, names: list[str]) -> str:
 
 
 # Leaf types that are not data, by type: ``maker(trace, leaf, path)`` is what the function receives
-# for such a leaf, and its ``operand`` the program input standing for it (``rng.py`` registers
-# random generators).
+# for such a leaf, and its ``operand`` the program input standing for it (the array layer installs
+# the makers of random generators, ``morphjit.api.methods``).
 LEAF_TRACERS: dict = {}
 
 
@@ -372,30 +269,3 @@ def output_var(t: Trace, x) -> Var:
         raise TracingError(f"the function returned a {type(x).__name__}; it must return arrays",
                            user_location())
     return t.operand(x if isinstance(x, Tracer) else np.asarray(x), lift_literals=True)
-
-
-A = None  # the array functions behind the tracer's operators and methods
-
-
-def use_array_functions(namespace) -> None:
-    """Called by ``morphjit.array_api`` as it loads: a tracer's operators are its functions, and
-    the array layer is built on the tracer, so it installs itself here rather than being imported."""
-    global A
-    A = namespace
-
-
-getitem = None  # NumPy indexing, ``x[key]``, installed by ``morphjit.numpy_index``
-array_namespace = None  # ``x.__array_namespace__()`` and ``updated(x, key, v)``: ``morphjit.array_namespace``
-updated = None
-
-
-def use_indexing(function) -> None:
-    """Called by ``morphjit.numpy_index`` as it loads (it is built on the array layer)."""
-    global getitem
-    getitem = function
-
-
-def use_array_namespace(module, update) -> None:
-    """Called by ``morphjit.array_namespace`` as it loads (it is built on the array layer)."""
-    global array_namespace, updated
-    array_namespace, updated = module, update

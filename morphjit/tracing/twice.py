@@ -19,8 +19,8 @@ import sysconfig
 
 import numpy as np
 
-from ..util.errors import SourceLoc, TracingError, inside_package
-from ..ir.program import Binding, Lit, Program, Var
+from ..ir import Binding, Lit, Program, Var
+from ..util import SourceLoc, TracingError, inside_package
 from .tracer import trace_with_tree
 
 HINT = ("draw random numbers from a generator passed as an argument (loss(params, x, rng) with "
@@ -57,6 +57,7 @@ def trace_twice(fn, args, batched=frozenset()):
 
 # ---------------------------------------------------------------------------------------------
 # Comparing two traces
+
 
 def first_difference(a: Program, b: Program) -> tuple[Binding, str] | None:
     """The first binding of ``a`` whose counterpart in ``b`` differs, and what differs."""
@@ -107,6 +108,7 @@ def same_bytes(a: np.ndarray, b: np.ndarray) -> bool:
 
 # ---------------------------------------------------------------------------------------------
 # The global generators
+
 
 def global_generator_states() -> tuple:
     """Where NumPy's global (legacy) generator and Python's ``random`` are in their sequences."""

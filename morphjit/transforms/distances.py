@@ -19,10 +19,11 @@ made only where the contracted axis is long enough (`MIN_DEPTH`) for the GEMM to
 """
 from __future__ import annotations
 
-from ..api import core as A
-from ..ir.program import Binding, Lit, Program, Var, is_float
-from .passes import dce, rebuild, substitute
-from ..tracing.tracer import Trace, Tracer
+from .. import api as A
+from ..ir import Binding, Lit, Program, Var, is_float
+from ..tracing import Trace, Tracer
+from .passes import dce
+from .rewrites import rebuild, substitute
 
 MIN_DEPTH = 8   # the shortest contracted axis rewritten: below it the loop nest is as fast
 

@@ -6,9 +6,8 @@ textbook formulas and the expansions of forward and backward share work through 
 """
 from __future__ import annotations
 
-from ..ir.program import Program, Var
-from ..ops.core import OPS
-from ..tracing.tracer import Trace, Tracer
+from ..ir import OPS, Program, Var
+from ..tracing import Trace, Tracer
 
 
 def lower(program: Program) -> Program:

@@ -10,13 +10,13 @@ One rule for the on/off switches: unset or empty means the switch's default; ``0
 variable                    meaning                                               default
 ==========================  ====================================================  ========
 ``MORPHJIT_CACHE``          keep compiled steps in the disk cache                 on
-``MORPHJIT_CACHE_DIR``      the disk cache's directory                            (cache.py)
+``MORPHJIT_CACHE_DIR``      the disk cache's directory                            (cache/)
 ``MORPHJIT_CACHE_MAX_SIZE`` bound on its bytes: a number, K/M/G/T suffix          1G
 ``MORPHJIT_DUMP``           ``<stage or pass or rewrite>[,...]`` or ``all``:      none
                             print the program before and after them (stderr)
 ``MORPHJIT_QUIET``          never show the "compiling..." status line             off
 ``MORPHJIT_TABLE_STEP``     instructions from which a step is a table of kernel   48
-                            calls (``morphjit.table``) rather than unrolled code
+                            calls (``runtime.table``) rather than unrolled code
 ``MORPHJIT_TRACEBACK``      ``full``: keep morphjit's frames in tracebacks        trimmed
 ``MORPHJIT_VECMATH``        vector math library calls in generated loops          on
 ``MORPHJIT_VERIFY``         verify the program after every stage and pass         off

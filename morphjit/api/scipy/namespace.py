@@ -4,9 +4,10 @@ SciPy's ``logsumexp``, ``softmax`` and ``log_softmax`` are written against the a
 ask ``array_namespace(a, b)`` which namespace to compute with. Unless SciPy runs with
 ``SCIPY_ARRAY_API=1`` the answer is NumPy's, whose ``asarray`` converts a traced array; with it,
 SciPy refuses NumPy and traced arrays mixed in one call. While a trace runs, the lookup in their
-module (and in ``array_api_extra.at``, which they call) is replaced (``substitutes.ANY_TRACE``) by
-one that answers the traced array's namespace (``morphjit.array_namespace``) when an argument is
-traced, and SciPy's own otherwise: SciPy's algorithm is then traced, differentiated and compiled.
+module (and in ``array_api_extra.at``, which they call) is replaced (``substitutes.ANY_TRACE``,
+`substitutes` lists them for ``morphjit.api.methods`` to install) by one that answers the traced
+array's namespace (``morphjit.api.namespace``) when an argument is traced, and SciPy's own
+otherwise: SciPy's algorithm is then traced, differentiated and compiled.
 
 One part of it is replaced too: ``logsumexp`` sums the maximal elements apart from the others, so
 that where several are maximal its gradient reaches them through ``max``, split evenly whatever
@@ -21,10 +22,8 @@ import numpy as np
 import scipy.special
 from scipy._lib.array_api_extra._lib import _at
 
-from .. import core as A
-from .. import namespace as traced_namespace
+from .. import core as A, namespace as traced_namespace
 from ..custom import stop_gradient
-from ...tracing.substitutes import ANY_TRACE
 
 FUNCTIONS = (scipy.special.logsumexp, scipy.special.softmax, scipy.special.log_softmax)
 
@@ -35,10 +34,6 @@ def _answering_traced(original):
             return traced_namespace
         return original(*arrays)
     return array_namespace
-
-
-for _module in {sys.modules[f.__module__] for f in FUNCTIONS} | {_at}:
-    ANY_TRACE.register(_module, "array_namespace", _answering_traced(_module.array_namespace))
 
 
 def _weighted_logsumexp(original):
@@ -57,5 +52,9 @@ def _weighted_logsumexp(original):
     return _logsumexp
 
 
-_logsumexp_module = sys.modules[scipy.special.logsumexp.__module__]
-ANY_TRACE.register(_logsumexp_module, "_logsumexp", _weighted_logsumexp(_logsumexp_module._logsumexp))
+def substitutes() -> list[tuple[object, str, object]]:
+    """``(owner, name, substitute)``: each attribute replaced while a trace runs."""
+    lookups = [(module, "array_namespace", _answering_traced(module.array_namespace))
+               for module in {sys.modules[f.__module__] for f in FUNCTIONS} | {_at}]
+    logsumexp = sys.modules[scipy.special.logsumexp.__module__]
+    return lookups + [(logsumexp, "_logsumexp", _weighted_logsumexp(logsumexp._logsumexp))]

@@ -4,7 +4,7 @@ and ``correlate2d``, with SciPy's modes ('full', 'valid', 'same') and results.
 SciPy's own functions turn their arguments into NumPy arrays, which a traced array cannot become;
 called on one they raise an error naming these. Each is a window view of the (padded) first
 array contracted with the (flipped) second: a loop nest for small kernels, im2col + GEMM for
-larger ones (``morphjit.conv``). On NumPy arrays they call SciPy.
+larger ones (``morphjit.api.conv``). On NumPy arrays they call SciPy.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import math
 
 import scipy.signal
 
+from ...util import ShapeError, UnsupportedError, user_location
 from .. import core as A
+from ..contractions import einsum
 from ..conv import padded
-from ..einsum import einsum
-from ...util.errors import ShapeError, UnsupportedError, user_location
 from ..indexing import getitem
 from ..stride_tricks import window, windows
 
@@ -133,5 +133,4 @@ def correlate2d(in1, in2, mode="full", boundary="fill", fillvalue=0):
     if mode == "valid" and not all(m >= n for m, n in zip(a.shape, b.shape)):
         return _sliding("correlate2d", a, getitem(b, (slice(None, None, -1),) * b.ndim), mode, True, _centred, fill)
     return _sliding("correlate2d", a, b, mode, False, _centred_2d, fill)
-
 

@@ -23,12 +23,11 @@ import numpy as np
 import scipy.special as sp
 import scipy.stats as ss
 
+from ...tracing import ANY_TRACE
+from ...util import UnsupportedError, user_location
 from .. import core as A
-from ...tracing.conversions import MODULE_HINTS
 from ..custom import stop_gradient
-from ...util.errors import UnsupportedError, user_location
 from ..linalg import cholesky, solve_triangular
-from ...tracing.substitutes import ANY_TRACE
 
 LOG_2PI = math.log(2 * math.pi)
 EVERYWHERE = (-np.inf, np.inf)
@@ -84,6 +83,7 @@ def _probability(p):
 
 # The terms in log z are computed from x - loc and log(scale): through z, their gradient in the
 # scale is (c / z) * (-z / scale), inf * 0 at z = 0, where it is -c / scale.
+
 
 def _xlog_z(c, s: Standard):
     """``c log z``, 0 where c is 0 (SciPy's ``xlogy(c, z)``), for z >= 0."""
@@ -307,7 +307,7 @@ for _name, _twin in (("logpmf", logpmf), ("pmf", _exp_of(logpmf))):
 for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf))):
     _substitute(type(ss.multivariate_normal), _name, _twin, lambda dist: True)
 
-MODULE_HINTS["scipy.stats"] = (
+CONVERSION_HINT = (
     f"on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
     f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf "
     f"and pmf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf and pdf: write other functions "

@@ -1,5 +1,5 @@
 """Loop bodies in the generated source: the scalar expression of each loop-IR node (one handler
-per kind in ``CODE``), loop-invariant hoisting and the loops around a body. ``codegen`` writes
+per kind in ``CODE``), loop-invariant hoisting and the loops around a body. The writers write
 the instructions and the step around them."""
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ import contextlib
 
 import numpy as np
 
-from ...api import random as rng
-from ...native import vecmath
-from ...ir.index import element
-from ...ir.program import Constants, Namer, literal
-from ...ir.loop import (Apply, Const, Gather, Load, Nest, OneHot, Position, Random, gather_indices, gathers,
-    loop_axes)
-from ...ops.core import OPS
-from ...util.source import Source
+from ...ir import (OPS, Apply, Const, Constants, Gather, Load, Namer, Nest, OneHot, Position, Random, element,
+                   gather_indices, gathers, literal, loop_axes)
+from ...native import random as rng, vecmath
+from ...util import Source
 
 
 class Body:

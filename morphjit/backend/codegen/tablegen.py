@@ -1,17 +1,18 @@
-"""Codegen of table steps (see ``morphjit.table``): a large plan's module loads its kernels and
-lists its calls as rows, arrays named by the frame places of their data addresses. `render` picks
-the step's form: a table from `TABLE_FROM` instructions on, else the unrolled step of ``codegen``.
+"""The table writer: a large plan's step as a table (see ``morphjit.runtime.table``), whose module
+loads its kernels and lists its calls as rows, arrays named by the frame places of their data
+addresses. `render` picks the step's form: a table from `TABLE_FROM` instructions on, else the
+unrolled step of the step writer.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ...ir import Var
 from ...util import config
-from ...runtime import table
-from .writer import ENTRY, KernelWriter, StepWriter, in_kernel, kernel_source
-from ...ir.program import Var
 from ..plan import Plan
-from ...runtime.step import Frame
+from .arguments import HEADER, RECORD, Frame
+from .kernel import KernelWriter, kernel_source
+from .step import ENTRY, StepWriter, in_kernel
 
 # Instructions from which a step is a table (see `table_form`). A table call costs about 0.4 us
 # more than an unrolled step's (a ctypes call; 6% of the tiny MLP's 6 us) and saves numba's compile
@@ -23,7 +24,7 @@ TABLE_FROM = 48
 
 
 class TableWriter(StepWriter):
-    """Renders a large plan as a table step (see ``morphjit.table``): its kernels, then a row per
+    """Renders a large plan as a table step (see ``morphjit.runtime.table``): its kernels, then a row per
     kernel call or range check, arrays named by the frame places of their data addresses."""
 
     LOAD = "table.kernel"
@@ -32,7 +33,7 @@ class TableWriter(StepWriter):
         """Inputs, the `Frame` (with the constants' and pooled buffers' addresses), outputs."""
         plan = self.plan
         pooled = {id(v): v for i in plan.instructions for v in i.outs if id(v) in plan.slot_of and self.root(v) is v}
-        first = table.HEADER + len(plan.inputs) + 1 + len(plan.outputs)
+        first = HEADER + len(plan.inputs) + 1 + len(plan.outputs)
         return [*plan.inputs, Frame((*(v for v, _ in plan.consts), *pooled.values()), first), *plan.outputs]
 
     def address(self, v: Var) -> str:
@@ -53,8 +54,8 @@ class TableWriter(StepWriter):
         out.line("from morphjit.runtime import table")
         taken: set[str] = set()
         n_in = len(plan.inputs)
-        groups = [(table.HEADER, arguments[:n_in], "inputs"),
-                  (table.HEADER + n_in + 1, arguments[n_in + 1:], f"outputs (the frame's own is {table.HEADER + n_in})"),
+        groups = [(HEADER, arguments[:n_in], "inputs"),
+                  (HEADER + n_in + 1, arguments[n_in + 1:], f"outputs (the frame's own is {HEADER + n_in})"),
                   (frame.first, frame.values, "constants and pooled buffers")]
         names = [[self.place(v, taken) for v in values] for _, values, _ in groups]
         calls = {**self.kernels(), **self.checks()}
@@ -104,12 +105,12 @@ class TableWriter(StepWriter):
 
 
 def table_form(plan: Plan) -> bool:
-    """Whether the step of ``plan`` is a table (see ``morphjit.table``): from
+    """Whether the step of ``plan`` is a table (see ``morphjit.runtime.table``): from
     ``MORPHJIT_TABLE_STEP`` instructions on, when every instruction is a kernel, a range check of
     integers (whose position the error record holds) or an alias."""
     return len(plan.instructions) >= config.table_step(TABLE_FROM) and all(
         in_kernel(ins) or ins.kind == "alias"
-        or ins.kind == "check" and np.issubdtype(ins.values.dtype, np.integer) and ins.values.ndim < table.RECORD
+        or ins.kind == "check" and np.issubdtype(ins.values.dtype, np.integer) and ins.values.ndim < RECORD
         for ins in plan.instructions)
 
 

@@ -1,6 +1,9 @@
-"""Codegen: render a replay plan as the Python source of one numba function.
+"""Codegen: the writers that render a replay plan as Python source for numba. `Writer` renders
+the instructions (one handler per instruction kind in `WRITE`) into a ``Source``; the step writer
+(``step``) renders the module of the step that calls the kernels, the kernel writer (``kernel``)
+one loop nest as a kernel's text, the table writer (``tablegen``) a large plan's step as a table.
 
-Loop nests carry their fused scalar expressions as loop bodies, GEMMs go through
+Loop nests carry their fused scalar expressions as loop bodies (``loopbody``), GEMMs go through
 ``lapack.gemm(a, b, out)`` (BLAS) into planned C-contiguous buffers (transposed operands as ``.T``
 views, which BLAS takes as flags), reductions are loops with accumulators. Values are named
 ``v0, v1, ...`` in order of definition, so a plan always renders to the same text. Arrays of
@@ -8,32 +11,17 @@ shape () are passed as one-element vectors.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from ...runtime import kernels
-from ...runtime import table
-from ...native import vecmath
-from ...ir.index import IndexMap, broadcast_map, element, loop_vars
-from ...ir.program import BATCH, Namer, Var, literal
+from ...ir import (OPS, Acc, Alias, Gemm, IndexMap, Lapack, Load, Namer, Nest, RangeCheck, RowNest, ScatterAdd,
+                   Var, broadcast_map, element, internal_shape, literal, loop_vars)
+from ...native import OUT_OF_RANGE
+from ...util import Source
 from .loopbody import Body, hoisting_loops, loop_invariants, loops, run_time_extents
-from ...ir.loop import (Acc, Alias, Gemm, Lapack, Load, Nest, RangeCheck, RowNest, ScatterAdd, batched_input,
-    internal_shape)
-from ..memory import writes_reach_one_pointer
-from ...ops.core import OPS
-from ..plan import Plan
-from ...runtime.step import OUT_OF_RANGE, Addresses
-from ...util.source import Source
 
 # No nnan/ninf: a NaN or inf in the data must reach the loss. `reassoc` lets LLVM vectorise
 # reductions (4-12x on sums), `contract` allows fused multiply-add. No `nsz` either: with
 # `reassoc` it licenses cancelling `x - x`, `x + -x` and `(x + y) - y`, which drops a NaN or inf.
 FASTMATH = {"arcp", "contract", "afn", "reassoc"}
-ENTRY = "step"
-# The digest makes the text, and so the disk-cache key, change with the module's kernels.
-LAPACK_IMPORT = f"from morphjit.native import lapack  # kernels {kernels.source_digest('lapack')}"
 JIT = "fastmath={" + ", ".join(map(repr, sorted(FASTMATH))) + "}, error_model='numpy', boundscheck=False, nogil=True"
-DECORATOR = f"@numba.njit({JIT})"
-KERNEL_DECORATOR = f"@numba.njit({JIT}, no_cpython_wrapper=True, pipeline_class=NoAliasCompiler)"   # see kernels.NoAliasCompiler
 
 
 class Writer:
@@ -205,237 +193,5 @@ class Writer:
         return body.value(a.finish)
 
 
-
 WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, Lapack: Writer.lapack,
          Nest: Writer.nest, RowNest: Writer.rownest, ScatterAdd: Writer.scatter}
-
-
-class StepWriter(Writer):
-    """Renders a plan as a module: the step function, calling each loop nest as a kernel of
-    ``morphjit.kernels`` (compiled once per text, shared by every step that runs it)."""
-
-    LOAD = "kernels.load"   # what loads a kernel in the module
-
-    def __init__(self, plan: Plan):
-        super().__init__(Source(), Namer())
-        self.plan = plan
-        self.batched = batched_input(plan.inputs)    # the step reads the batch size from it
-        # the run-time extents a kernel's loops may need, passed along
-        self.extents = [BATCH] if self.batched is not None else []
-        self.views = {id(v): first for v, first in same_views(plan)}
-        outputs = {id(v): v for v in plan.outputs}
-        # computed once: a kernel's names take them too
-        self.same_names = {**{id(outputs[key]): src for key, src in plan.written_over.items()}, **self.views}
-        self.arrays = self.step_arrays()
-        self.addresses: set[str] = set()   # names that hold a data address, not an array
-
-    def arguments(self) -> list:
-        """Inputs, constants, the pooled buffers the step itself reads as arrays (as views), the
-        `Addresses` of those only kernels read, and the outputs, in that order. One argument per
-        pooled buffer made numba's compile time grow with their number squared."""
-        plan = self.plan
-        pooled = [v for i in plan.instructions for v in i.outs if id(v) in plan.slot_of]
-        unique = list({id(v): v for v in pooled}.values())
-        arrays = [v for v in unique if id(self.root(v)) in self.arrays]
-        addressed = [v for v in unique if id(self.root(v)) not in self.arrays and self.root(v) is v]
-        return list(plan.inputs) + [v for v, _ in plan.consts] + arrays + \
-            ([Addresses(tuple(addressed))] if addressed else []) + list(plan.outputs)
-
-    def root(self, v: Var) -> Var:
-        """The pooled value whose name ``v`` takes (see `same_views`)."""
-        return self.views.get(id(v), v)
-
-    def step_arrays(self) -> set[int]:
-        """The pooled values (by their roots) that the step's own statements read or write as
-        arrays, and the sources of aliases they read; kernels need only their data addresses."""
-        needed: set[int] = set()
-        for ins in reversed(self.plan.instructions):
-            if in_kernel(ins):
-                continue
-            if ins.kind == "alias":
-                if id(self.root(ins.out)) in needed:
-                    needed.add(id(self.root(ins.src)))
-                continue
-            needed |= {id(self.root(v)) for v in ins.reads() + ins.outs}
-        return needed
-
-    def source(self) -> str:
-        out = self.out
-        # An output written over an input is stored under the input's name: one array (one
-        # pointer) to LLVM, as a kernel's noalias pointers require (kernels.NoAliasCompiler).
-        arguments = self.arguments()
-        arg_names = ["P" if isinstance(v, Addresses) else f"u{k}" if id(v) in self.plan.written_over
-                     else self.names.name(v) for k, v in enumerate(arguments)]
-        addressed = arguments[arg_names.index("P")].values if "P" in arg_names else ()
-        self.addresses = {self.names.name(v) for v in addressed}
-        self.alias_outputs(self.names)
-        for ins in self.plan.instructions:   # a view of an addressed buffer is the same address
-            if ins.kind == "alias" and self.names.name(ins.src) in self.addresses:
-                self.names.same_as(ins.out, ins.src)
-        counts = ", ".join(f"{n} {k}" for k, n in self.plan.counts().items())
-        out.line(f"# morphjit step for program {self.plan.program.name!r}: {counts}; "
-                 f"{len(self.plan.slots)} pool slots, {self.plan.workspace_bytes} workspace bytes")
-        out.line(f"# inputs: {' '.join(str(v.type) for v in self.plan.inputs)}")
-        out.line("import math")
-        out.line("import numpy as np")
-        out.line("import numba")
-        out.line("from morphjit.runtime import kernels")
-        out.line("from morphjit.native import vecmath as vm")
-        out.line(f"from morphjit.native import npymath as npm  # {kernels.source_digest('npymath')}")
-        if any(ins.kind == "check" for ins in self.plan.instructions):
-            out.line("from morphjit.runtime import step as rt")
-        if any(ins.kind == "lapack" for ins in self.plan.instructions):
-            out.line(LAPACK_IMPORT)
-        calls = self.kernels()
-        out.line("")
-        out.line("")
-        out.line(DECORATOR)
-        out.line(f"def {ENTRY}({', '.join(arg_names)}):")
-        with out.indent():
-            if self.batched is not None:
-                out.line(f"{BATCH} = {self.names.name(self.batched)}.shape[0]")
-            if addressed:
-                out.line("# the data addresses of the pooled buffers only kernels use")
-            for k, v in enumerate(addressed):
-                out.line(f"{self.names.name(v)} = P[{k}]")
-            for ins in self.plan.instructions:
-                if id(ins) in calls:
-                    out.line(calls[id(ins)])
-                elif not (ins.kind == "alias" and self.names.name(ins.out) in self.addresses):
-                    self.write(ins)
-            out.line("return 0")
-        return out.text()
-
-    def alias_outputs(self, names: Namer) -> None:
-        """Name each output written over an input as the input, each view as its slot's first."""
-        names.aliases.update(self.same_names)
-
-    def kernels(self) -> dict[int, str]:
-        """Load a kernel per distinct loop nest text (``k0 = kernels.load(...)``); the calls to make,
-        each a kernel's name and its arguments."""
-        names: dict[str, str] = {}
-        calls = {}
-        for ins in self.plan.instructions:
-            if not in_kernel(ins):
-                continue
-            writer = KernelWriter()
-            self.alias_outputs(writer.names)
-            writer.write(ins)
-            params = writer.names.order
-            if not writes_reach_one_pointer(self.plan, ins, params):
-                raise AssertionError(f"a kernel would write memory it reaches through two pointers: {ins}")
-            shapes = writer.array_shapes(ins, params)
-            extents = self.extents + writer.parameters()
-            text = kernel_source(writer.out.text(), params, shapes, extents, ins.kind == "gemm")
-            if text not in names:
-                names[text] = f"k{len(names)}"
-                self.out.line(f"{names[text]} = {self.LOAD}(\'\'\'")
-                self.out.block(text)
-                self.out.line(f"\'\'\', {len(params)}, {len(extents)})")
-            arguments = self.call_arguments(writer, [self.address(v) for v in params])
-            calls[id(ins)] = f"{names[text]}({', '.join(arguments)})"
-        return calls
-
-    def call_arguments(self, writer: KernelWriter, pointers: list[str]) -> list[str]:
-        """A kernel call's arguments: ``pointers``, the step's extents, the values of the
-        kernel's extent and offset parameters."""
-        return pointers + self.extents + [str(internal_shape(v.shape)[axis]) for v, axis in writer.shapes] + \
-            list(map(str, writer.offset_values))
-
-    def address(self, v: Var) -> str:
-        name = self.names.name(v)
-        return name if name in self.addresses else f"{name}.ctypes.data"
-
-
-def in_kernel(ins) -> bool:
-    """Whether the step calls ``ins`` as a kernel (loop nests, scatters and GEMMs) or writes it
-    itself."""
-    return bool(ins.nests()) or ins.kind in ("gemm", "scatter")
-
-
-class KernelWriter(Writer):
-    """Renders one loop nest as a kernel's body: arrays named ``a0, a1, ...``, each run-time
-    extent it reads (see `run_time_extents`) a parameter ``n0, n1, ...`` and each nonzero offset
-    of a load or store (a slice's start: the time step of an unrolled loop) a parameter ``o0, o1,
-    ...``, all passed by the step, so that the nests of repeated layers and time steps share a text."""
-
-    def __init__(self):
-        super().__init__(Source(), Namer("a"))
-        self.shapes: list[tuple[Var, int]] = []   # the array and axis of each extent parameter
-        self.offset_values: list[int] = []        # the value of each offset parameter
-
-    def run_time_extent(self, v: Var, axis: int) -> str:
-        self.shapes.append((v, axis))
-        return f"n{len(self.shapes) - 1}"
-
-    def out_of_range(self, ins: RangeCheck, idx: list[str]) -> None:
-        """A range check's failure in a table step: the value and its position into the error
-        record, and 1 returned (see ``morphjit.table``)."""
-        for k, x in enumerate(["value", *idx]):
-            self.out.line(f"record[{k}] = {x}")
-        self.out.line("return 1")
-
-    def offsets(self, imap: IndexMap) -> IndexMap:
-        return IndexMap(tuple(self.offset_parameter(o) if type(o) is int and o else o for o in imap.offsets),
-                        imap.coeffs)
-
-    def offset_parameter(self, value: int) -> str:
-        self.offset_values.append(value)
-        return f"o{len(self.offset_values) - 1}"
-
-    def array_shapes(self, ins, params: list[Var]) -> list[tuple]:
-        """The shape of each array in the kernel's text. A GEMM of matrices takes every extent as
-        a parameter: one kernel per dtype and transposition serves all of them (numba takes longer
-        over ``np.dot`` than over any loop nest)."""
-        if ins.kind == "gemm" and not ins.out.shape[:-2]:
-            return [tuple(Extent(self.run_time_extent(v, axis)) for axis in range(len(v.shape))) for v in params]
-        return [tuple(Extent(e) for e in internal_shape(v.shape)) for v in params]
-
-    def parameters(self) -> list[str]:
-        """The kernel's integer parameters after the step's own extents."""
-        return [f"n{k}" for k in range(len(self.shapes))] + [f"o{k}" for k in range(len(self.offset_values))]
-
-
-class Extent(str):
-    """An extent as source: ``B``, ``784*B`` or a number, spelled without quotes in a tuple."""
-
-    def __repr__(self) -> str:
-        return self
-
-
-def kernel_source(body: str, params: list[Var], shapes: list[tuple], extents: list[str], lapack: bool = False,
-                  record: bool = False) -> str:
-    """A kernel's module text: each array a C-ordered view of its data pointer (with ``record``,
-    the last pointer is a range check's error record), then ``body`` (which calls
-    ``morphjit.lapack`` if ``lapack``)."""
-    out = Source()
-    if lapack:
-        out.line(LAPACK_IMPORT)
-    out.line(KERNEL_DECORATOR)
-    pointers = [f"p{k}" for k in range(len(params) + record)]
-    out.line(f"def {kernels.NAME}({', '.join(pointers + extents)}):")
-    with out.indent():
-        for k, (v, shape) in enumerate(zip(params, shapes)):
-            out.line(f"a{k} = numba.carray(p{k}, {shape!r}, np.{np.dtype(v.dtype).type.__name__})")
-        if record:
-            out.line(f"record = numba.carray({pointers[-1]}, ({table.RECORD},), np.int64)")
-        out.block(vecmath.pair_sin_cos(body))
-        out.line("return 0")
-    return out.text()
-
-
-def same_views(plan: Plan):
-    """Pooled values that are one view of one slot (same slot and type), each with the first such
-    value. Named alike, a loop writing in place reads and writes one array, one pointer of its
-    kernel: the kernel's pointers are marked noalias (``kernels.NoAliasCompiler``)."""
-    first: dict = {}
-    for ins in plan.instructions:
-        for v in ins.outs:
-            if id(v) in plan.slot_of and first.setdefault((plan.slot_of[id(v)], v.type), v) is not v:
-                yield v, first[(plan.slot_of[id(v)], v.type)]
-
-
-def render(plan: Plan) -> tuple[str, list[Var]]:
-    """The module source of the unrolled step and the order of its arguments."""
-    writer = StepWriter(plan)
-    return writer.source(), writer.arguments()

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..api import core as A
-from ..util.errors import MorphjitError, UnsupportedError
-from ..ir.program import Binding, Lit, Program, TensorType, Var, is_float
-from ..ops.core import OPS
-from ..tracing.tracer import Trace, Tracer
+from .. import api as A
+from ..ir import OPS, Binding, Lit, Program, TensorType, Var, is_float
+from ..tracing import Trace, Tracer
+from ..util import MorphjitError, UnsupportedError
 
 
 class VJPError(MorphjitError):
@@ -38,7 +37,7 @@ def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) ->
     ``loss``, a value or a literal) and return the gradient of ``loss`` for each of ``wrt``.
 
     The backward bindings are traced ops like any others, so a program holding them can be
-    differentiated again (``second.py``)."""
+    differentiated again (``jit.second``)."""
     active = active_values(bindings, wrt)
     cotangents: dict[int, Tracer] = {id(loss): Tracer(t, Lit(1.0, loss.dtype))}
     outer_loc = t.loc

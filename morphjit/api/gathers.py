@@ -1,16 +1,15 @@
 """NumPy's ``take``, ``take_along_axis`` and ``choose`` on traced arrays: one gather along an axis
-(``numpy_index``'s index arrays), with NumPy's ``mode``. Loading this module registers the
-functions into the NumPy dispatch.
+(``indexing``'s index arrays), with NumPy's ``mode``. `FUNCTIONS` is this family's entries of
+the NumPy dispatch.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..ir import Sym, broadcast_shapes
+from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
-from ..util.errors import ShapeError, UnsupportedError, user_location
-from ..ir.program import Sym
 from .indexing import index_array, iota
-from ..ops.core import broadcast_shapes
 
 MODES = ("raise", "wrap", "clip")
 
@@ -71,4 +70,4 @@ def choose(a, choices, out=None, mode="raise"):
     return A.squeeze(take_along_axis(stacked, chosen, 0), 0)
 
 
-A.FUNCTIONS.update({np.take: take, np.take_along_axis: take_along_axis, np.choose: choose})
+FUNCTIONS = {np.take: take, np.take_along_axis: take_along_axis, np.choose: choose}

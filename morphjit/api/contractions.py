@@ -1,11 +1,11 @@
 """Contractions: einsum and the NumPy functions that are einsums (tensordot, inner, outer, vdot,
-kron, trace), with diagonal (a view op) and the triangles (tril, triu).
+kron, trace), with diagonal (a view op, in ``morphjit.ops.shapes``) and the triangles (tril, triu).
 
 ``einsum`` parses its subscripts here and lowers to existing ops, so it plans like everything
 else: repeated letters in one operand become diagonals (views), letters only one operand has and
 the output drops are summed first, then operands are contracted pairwise, each pair transposed and
 reshaped into one batched GEMM (float operands) or a broadcast product and a sum (integers).
-Loading this module registers the diagonal op and the NumPy functions.
+`FUNCTIONS` is this family's entries of the NumPy dispatch.
 """
 from __future__ import annotations
 
@@ -14,56 +14,8 @@ import string
 
 import numpy as np
 
+from ..util import ShapeError, user_location
 from . import core as A
-from ..util.errors import ShapeError, user_location
-from ..ir.index import IndexMap
-from ..ir.program import TensorType
-from ..ops.core import VIEW, check_axes, defop
-
-
-# ---------------------------------------------------------------------------------------------
-# diagonal: a view (output axis -1 walks both axes at once)
-
-def _diagonal_length(n1, n2, offset) -> int:
-    return max(0, min(n1 + min(offset, 0), n2 - max(offset, 0)))
-
-
-def _diagonal_rule(types, axis1, axis2, offset):
-    (x,) = types
-    check_axes("diagonal", (axis1, axis2), x.ndim)
-    if axis1 == axis2:
-        raise ShapeError("diagonal: axis1 and axis2 must differ")
-    rest = tuple(d for k, d in enumerate(x.shape) if k not in (axis1, axis2))
-    return TensorType(rest + (_diagonal_length(x.shape[axis1], x.shape[axis2], offset),), x.dtype)
-
-
-def _diagonal_map(x_shape, out_shape, axis1, axis2, offset) -> IndexMap:
-    n = len(out_shape)
-    rest = iter(range(n - 1))
-    offsets, rows = [], []
-    for k in range(len(x_shape)):
-        j = n - 1 if k in (axis1, axis2) else next(rest)
-        offsets.append(max(0, -offset) if k == axis1 else max(0, offset) if k == axis2 else 0)
-        rows.append(tuple(int(m == j) for m in range(n)))
-    return IndexMap(tuple(offsets), tuple(rows))
-
-
-def _diagonal_vjp(g, ans, x, axis1, axis2, offset):
-    """Zeros with ``g`` on the diagonal: ``R @ (g[..., None] * C)`` with 0/1 placement matrices."""
-    n1, n2, k = x.shape[axis1], x.shape[axis2], ans.shape[-1]
-    rows = np.eye(n1, k, -max(0, -offset), dtype=x.dtype)    # R[t + r0, t] = 1
-    cols = np.eye(k, n2, max(0, offset), dtype=x.dtype)      # C[t, t + c0] = 1
-    placed = A.multiply(A.expand_dims(g, -1), cols)                  # (..., k, n2)
-    if n1 != k or offset < 0:   # else R is the identity: no matrix product
-        placed = A.matmul(rows, placed)                               # (..., n1, n2)
-    others = [a for a in range(x.ndim) if a not in (axis1, axis2)]
-    order = others + [axis1, axis2]
-    return (A.transpose(placed, tuple(int(i) for i in np.argsort(order))),)
-
-
-defop("diagonal", VIEW, _diagonal_rule,
-      lambda x, axis1, axis2, offset: np.diagonal(x, offset, axis1, axis2), _diagonal_vjp,
-      index_map=_diagonal_map)
 
 
 def diagonal(a, offset=0, axis1=0, axis2=1):
@@ -108,6 +60,7 @@ tril, triu = _triangle("tril", True), _triangle("triu", False)
 
 # ---------------------------------------------------------------------------------------------
 # einsum
+
 
 def _parse(subscripts: str, ndims) -> tuple[list[str], str]:
     """Subscripts with ``...`` expanded into fresh letters, and the explicit output."""
@@ -269,7 +222,7 @@ def kron(a, b):
     return A.reshape(interleaved, tuple(m * n for m, n in zip(a.shape, b.shape)))
 
 
-A.FUNCTIONS.update({
+FUNCTIONS = {
     np.einsum: einsum, np.tensordot: tensordot, np.inner: inner, np.outer: outer, np.vdot: vdot,
     np.kron: kron, np.trace: trace, np.diag: diag, np.diagonal: diagonal, np.tril: tril, np.triu: triu,
-})
+}

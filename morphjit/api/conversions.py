@@ -1,14 +1,15 @@
 """Library code that meets a traced array: NumPy's and SciPy's functions that convert their
 arguments to NumPy arrays (``Tracer.__array__`` asks which one is on the stack, to name it and the
 traceable function to call instead), and ``array_api_extra.at``, the one writer allowed to update
-a tracer in place (SciPy's array-API code calls it, see ``morphjit.array_namespace``)."""
+a tracer in place (SciPy's array-API code calls it, see ``morphjit.api.namespace``)."""
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 
-from ..util.errors import UnsupportedError, user_location
-from .substitutes import ANY_TRACE
+from ..tracing import ANY_TRACE
+from ..util import UnsupportedError, user_location
 
 
 def frames_where(matches) -> list:
@@ -63,23 +64,22 @@ def is_public_scipy(function) -> bool:
     return module.startswith("scipy.") and not module.startswith("scipy._lib")
 
 
-# The morphjit module with the traceable twins of a SciPy module's functions, by the SciPy module's
-# public path (imported when an error names them: ``mj.signal`` and ``mj.stats`` load on first use);
-# the others' twins are in ``mj`` (the package).
-TWIN_MODULES = {"scipy.linalg": "linalg", "scipy.signal": "signal", "scipy.stats": "stats"}
-# What else to do, by module, where a function has no twin (``morphjit.stats`` for scipy.stats).
-MODULE_HINTS: dict[str, str] = {}
+# The module with the traceable twins of a SciPy module's functions (in this package), by the SciPy
+# module's public path, and how users spell it (imported when an error names them: ``mj.signal``
+# and ``mj.stats`` load on first use); the others' twins are this package's array functions
+# (``mj.<name>``). A twin module's ``CONVERSION_HINT`` says what to do where a function has no twin.
+TWIN_MODULES = {"scipy.linalg": ("linalg", "mj.linalg"), "scipy.signal": ("scipy.signal", "mj.signal"),
+                "scipy.stats": ("scipy.stats", "mj.stats")}
 
 
 def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
     """``module.name``, called from the frame ``caller``, converts its arguments with
     ``np.asarray``: the ``mj`` function to call instead, at the line that called it."""
     late = ANY_TRACE.pending(module)
-    twins = TWIN_MODULES.get(module)
-    facade = sys.modules[__package__.partition(".")[0]]
-    namespace = getattr(facade, twins) if twins else facade
-    prefix = f"mj.{twins}" if twins else "mj"
-    hint = f"call {prefix}.{name} instead, which traces" if has_path(namespace, name) else MODULE_HINTS.get(module)
+    twins, prefix = TWIN_MODULES.get(module, (None, "mj"))
+    namespace = importlib.import_module(f".{twins}", __package__) if twins else sys.modules[__package__]
+    hint = (f"call {prefix}.{name} instead, which traces" if has_path(namespace, name)
+            else getattr(namespace, "CONVERSION_HINT", None))
     if late:
         hint = (f"{module} was first imported while this trace ran, too late for morphjit to make its functions "
                 f"trace: import it before the function is traced (at the top of your module)")
