@@ -158,21 +158,19 @@ def _symmetric_to_rounding(a) -> bool:
     return bool(np.all(np.isfinite(a)) and np.all(np.abs(a - a.T) <= bound))
 
 
-def _factored_slogdet(a, c):
-    def one(a, c):
-        if _symmetric_to_rounding(a):
-            return np.array([1.0, 2.0 * np.sum(np.log(np.diagonal(c)))], a.dtype)
-        return _slogdet(a)
-    return _batched(one, a, c)
+def _where_symmetric(from_factor, by_lu):
+    """The reference of an op of matrices ``a`` and their lower Cholesky factors ``c``:
+    ``from_factor(c)`` for each matrix symmetric to rounding, ``by_lu(a)`` for the others."""
+    return lambda a, c: _batched(lambda a, c: from_factor(c) if _symmetric_to_rounding(a) else by_lu(a), a, c)
 
 
-def _factored_inv(a, c):
-    def one(a, c):
-        if _symmetric_to_rounding(a):
-            w = _triangular_inverse(c, True)
-            return w.T @ w
-        return np.linalg.inv(a)
-    return _batched(one, a, c)
+def _slogdet_from_factor(c):
+    return np.array([1.0, 2.0 * np.sum(np.log(np.diagonal(c)))], c.dtype)
+
+
+def _inv_from_factor(c):
+    w = _triangular_inverse(c, True)
+    return w.T @ w
 
 
 def _eigh(a):
@@ -374,9 +372,9 @@ defop("solve", LINALG, _system_rule("solve"), np.linalg.solve, _solve_vjp, core=
 defop("inv", LINALG, _square_rule("inv", lambda n: (n, n)), np.linalg.inv, _inv_vjp, core=(2, 2))
 defop("det", LINALG, _square_rule("det", lambda n: ()), np.linalg.det, _det_vjp, core=(2, 0))
 defop("slogdet", LINALG, _square_rule("slogdet", lambda n: (2,)), _slogdet, _slogdet_vjp, core=(2, 1))
-defop("factored_inv", LINALG, _factored_square_rule("factored_inv", lambda n: (n, n)), _factored_inv,
-      _factored_inv_vjp, core=(2, 2, 2))
-defop("factored_slogdet", LINALG, _factored_square_rule("factored_slogdet", lambda n: (2,)), _factored_slogdet,
-      _factored_slogdet_vjp, core=(2, 2, 1))
+defop("factored_inv", LINALG, _factored_square_rule("factored_inv", lambda n: (n, n)),
+      _where_symmetric(_inv_from_factor, np.linalg.inv), _factored_inv_vjp, core=(2, 2, 2))
+defop("factored_slogdet", LINALG, _factored_square_rule("factored_slogdet", lambda n: (2,)),
+      _where_symmetric(_slogdet_from_factor, _slogdet), _factored_slogdet_vjp, core=(2, 2, 1))
 defop("eigh", LINALG, _square_rule("eigh", lambda n: (n + 1, n)), _eigh, _eigh_vjp, core=(2, 2))
 defop("qr", LINALG, _qr_rule, _qr, _qr_vjp, core=(2, 2))
