@@ -196,6 +196,19 @@ class AutogradNS:
         return functools.reduce(operator.mul, [factors[i] for i in range(len(factors))], anp.ones(factors.shape[1:]))
 
     @staticmethod
+    def xlogy(x, y):
+        """SciPy's, on the strategies' domain (y > 0): autograd has none."""
+        return x * anp.log(y)
+
+    @staticmethod
+    def xlog1py(x, y):
+        return x * anp.log1p(y)
+
+    @staticmethod
+    def entr(x):
+        return -x * anp.log(x)
+
+    @staticmethod
     def nansum(x, axis=None):
         return anp.sum(anp.where(anp.isnan(x), 0.0, x), axis=axis)
 

@@ -248,12 +248,12 @@ class _Builder:
     EXTENDED_UNARY = {
         "expm1": "any", "exp2": "any", "sinh": "any", "cosh": "any", "arctan": "any", "arcsinh": "any",
         "fabs": "any", "erf": "any", "erfc": "any", "cbrt": "pos", "log2": "pos",
-        "log10": "pos", "gammaln": "pos", "digamma": "pos", "arccosh": "pos", "tan": "unit", "arcsin": "unit",
+        "log10": "pos", "gammaln": "pos", "digamma": "pos", "entr": "pos", "arccosh": "pos", "tan": "unit", "arcsin": "unit",
         "arccos": "unit", "arctanh": "unit", "erfinv": "unit", "rint": "flat", "floor": "flat", "ceil": "flat",
         "trunc": "flat",
     }
     EXTENDED_BINARY = ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "heaviside", "remainder", "fmod",
-                       "floor_divide"]
+                       "floor_divide", "xlogy", "xlog1py"]
 
     def extended(self):
         # Drawn from the program's seeded generator: uniform over the many kinds (hypothesis's

@@ -285,6 +285,9 @@ class EqualToAll:
     def __eq__(self, other):
         return True
 
+    def __repr__(self):   # the test's id: the same in every pytest-xdist worker
+        return "EqualToAll()"
+
     def __hash__(self):
         return 0
 

@@ -98,6 +98,35 @@ def test_using_the_batch_size_as_a_number_specialises():
     assert step.cache_info().signatures == ("f64[3] f64[4,3]",)
 
 
+SHAPE_BRANCHES = {
+    "equal": lambda x: 0.0 if x.shape[0] == 4 else 1.0,
+    "unequal": lambda x: 1.0 if x.shape[0] != 4 else 0.0,
+    "tuple": lambda x: 0.0 if x.shape == (4, 3) else 1.0,
+    "in": lambda x: 0.0 if 4 in x.shape else 1.0,
+    "reflected": lambda x: 0.0 if np.int64(4) == x.shape[0] else 1.0,
+    "two polynomials": lambda x: 0.0 if x.shape[0] * x.shape[0] == 2 * x.shape[0] else 1.0,   # B = 2
+    "same polynomial": lambda x: 0.0 if x.shape[0] + x.shape[0] == 2 * x.shape[0] else 1.0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_BRANCHES))
+def test_a_branch_on_the_batch_size_takes_numpys_side_at_every_size(name):
+    branch = SHAPE_BRANCHES[name]
+
+    def loss(params, x):
+        return mj.sum((x @ params["w"]) ** 2) * branch(x)
+
+    params, rng = {"w": np.linspace(-1, 1, 3)}, np.random.default_rng(1)
+    step = mj.compile_loss(loss)
+    for n in (5, 4, 2, 4, 6):
+        x = rng.normal(size=(n, 3))
+        got = step(params, x)
+        assert got[0] == pytest.approx(np.sum((x @ params["w"]) ** 2) * branch(x), rel=1e-12)   # NumPy's
+        assert_same(got, reference(loss, (params, x)), rtol=1e-12)
+    polymorphic = name == "same polynomial"
+    assert (step.cache_info().misses == 1) == polymorphic
+
+
 def test_an_arange_from_another_start_specialises():
     def tail(params, x):
         return mj.sum(x[np.arange(1, x.shape[0])] @ params["w"])
@@ -196,12 +225,13 @@ def test_extent_arithmetic():
     b = BATCH_SIZE
     assert str(784 * b) == "784*B" and str(b * b + 3 * b + 1) == "B**2+3*B+1"
     assert (784 * b) // b == 784 and (784 * b) // 784 == b and b * 0 == 0
-    assert 2 * b == b + b and hash(2 * b) == hash(b * 2) and b != 2
+    assert 2 * b == b + b and hash(2 * b) == hash(b * 2) and not (2 * b != b + b)
     assert evaluate((b, 784 * b, 3), 5) == (5, 3920, 3)
     assert upper_bound(10 * b, 4 * b + 7) == 10 * b + 7 and upper_bound(3, 5) == 5
     assert Sym.simplify({0: 4}) == 4
     for needs_value in (lambda: b < 3, lambda: int(b), lambda: bool(b), lambda: b - 1,
-                        lambda: b // 4, lambda: 1 / b, lambda: range(b)):
+                        lambda: b // 4, lambda: 1 / b, lambda: range(b), lambda: b == 4, lambda: b != 2,
+                        lambda: b * b == b, lambda: 3 in (b, 2), lambda: (b, 3) == (4, 3)):
         with pytest.raises(Specialize):
             needs_value()
 

@@ -400,13 +400,20 @@ case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * (np.eye(3) + np
 case("cholesky", lambda ns, x: ns.linalg.cholesky(_spd(ns, x)) * np.array([[2.0]]), [(3, 3)], "one-by-one-mask")
 
 
-def _slogdet_after_cholesky(ns, x):
-    k = _spd(ns, x)
-    ns.linalg.cholesky(k)   # the factor slogdet then reads
+def _slogdet_after_cholesky(ns, k):
+    ns.linalg.cholesky(k)   # the factor slogdet is then given
     return ns.linalg.slogdet(k)[1]
 
 
-case("cholesky", _slogdet_after_cholesky, [(4, 4)], "slogdet-of-factored")
+def _inv_given_cholesky(ns, k):
+    return apply("factored_inv", [k, ns.linalg.cholesky(k)]) if ns is mj else ns.linalg.inv(k)
+
+
+# Of a matrix the function factors: from the factor where it is symmetric (to rounding: a GEMM
+# builds it), by LU where it is not (its lower triangle still positive definite).
+for _name, _fn in (("factored_slogdet", _slogdet_after_cholesky), ("factored_inv", _inv_given_cholesky)):
+    case(_name, lambda ns, x, fn=_fn: fn(ns, _spd(ns, x)), [(4, 4)], "spd")
+    case(_name, lambda ns, x, y, fn=_fn: fn(ns, _spd(ns, x) + 0.3 * y), [(4, 4), (4, 4)], "not-symmetric")
 
 
 def _cho_solve(ns, x, b, lower):

@@ -147,7 +147,8 @@ def test_cholesky_gradients_hold_over_a_spread_of_condition_numbers(condition):
     _, (gk, gy) = mj.compile_loss(nll, argnums=(0, 1), backend="interp")(k, y)
     kinv = np.linalg.inv(k)
     alpha = kinv @ y
-    np.testing.assert_allclose(gk, read_from_lower(-0.5 * np.outer(alpha, alpha) + kinv), rtol=1e-7 * condition,
+    # cho_solve reads the lower triangle; slogdet all of k (its gradient: NumPy's, inv(k).T)
+    np.testing.assert_allclose(gk, read_from_lower(-0.5 * np.outer(alpha, alpha)) + kinv.T, rtol=1e-7 * condition,
                                atol=1e-9)
     np.testing.assert_allclose(gy, alpha, rtol=1e-7 * condition)
 
@@ -197,14 +198,15 @@ def test_eigh_gradients_stay_finite_for_repeated_eigenvalues():
     np.testing.assert_allclose(np.diag(g), 2.0 + 1.0)   # d sum(w^2) = 2 I; v = I reads the diagonal
 
 
-def test_slogdet_of_a_factored_matrix_reads_the_factor():
+def test_slogdet_of_a_factored_matrix_is_given_the_factor():
     def loss(k):
         L = np.linalg.cholesky(k)
         sign, logabsdet = np.linalg.slogdet(k)
         return np.sum(L) + np.sum(sign * logabsdet)
 
-    ops = [b.op for b in mj.trace(loss, spd(np.ones((2, 3, 3)))).bindings]
-    assert "slogdet" not in ops and ops.count("cholesky") == 1
+    ops = [b.op for b in mj.compile_loss(loss).program(spd(np.ones((2, 3, 3)))).bindings]
+    assert "slogdet" not in ops and "inv" not in ops and ops.count("cholesky") == 1
+    assert ops.count("factored_slogdet") == 1 and ops.count("factored_inv") == 1
 
 
 def test_slogdet_of_a_factored_matrix_has_numpys_sign_for_nan_input():
@@ -287,10 +289,6 @@ def test_cholesky_takes_scipys_lower_and_refuses_a_contradiction():
 # SciPy's values, and the gradient of what they read (the other triangle gets none), against
 # central differences in random directions that are not symmetric either.
 
-def _lower_symmetric(a):
-    return np.tril(a) + np.swapaxes(np.tril(a, -1), -1, -2)
-
-
 TRIANGLE_READERS = {  # name: (the triangle read, mj function of (a, b), NumPy/SciPy reference)
     "np.linalg.cholesky": ("L", lambda a, b: np.linalg.cholesky(a), lambda a, b: np.linalg.cholesky(a)),
     "np.linalg.cholesky(upper=True)": ("U", lambda a, b: np.linalg.cholesky(a, upper=True),
@@ -309,9 +307,6 @@ TRIANGLE_READERS = {  # name: (the triangle read, mj function of (a, b), NumPy/S
                                     lambda a, b: sl.cho_solve((np.linalg.cholesky(a), True), b)),
     "log-determinant from the factor": ("L", lambda a, b: np.sum(np.log(np.diagonal(np.linalg.cholesky(a)))),
                                         lambda a, b: np.sum(np.log(np.diagonal(np.linalg.cholesky(a))))),
-    # slogdet of a matrix the function factored reads the factor: the lower triangle (README).
-    "slogdet after cholesky": ("L", lambda a, b: _slogdet_after_cholesky(a),
-                               lambda a, b: np.linalg.slogdet(_lower_symmetric(a))[1]),
     "solve_triangular(lower=True)": ("L", lambda a, b: la.solve_triangular(a, b, lower=True),
                                      lambda a, b: sl.solve_triangular(a, b, lower=True)),
     "solve_triangular(lower=False, trans=1)": ("U", lambda a, b: la.solve_triangular(a, b, lower=False, trans=1),
@@ -321,11 +316,6 @@ TRIANGLE_READERS = {  # name: (the triangle read, mj function of (a, b), NumPy/S
     "triangular_inverse(lower=False)": ("U", lambda a, b: la.triangular_inverse(a, lower=False),
                                         lambda a, b: np.linalg.inv(np.triu(a))),
 }
-
-
-def _slogdet_after_cholesky(a):
-    np.linalg.cholesky(a)
-    return np.linalg.slogdet(a)[1]
 
 
 def _eigh_terms(ns, a, uplo):
@@ -360,3 +350,119 @@ def test_functions_reading_one_triangle_have_the_gradient_of_that_triangle(backe
 def test_eigh_refuses_an_uplo_that_is_neither_triangle():
     with pytest.raises(ValueError, match="UPLO must be 'L' or 'U'"):
         mj.trace(lambda a: np.linalg.eigvalsh(a, UPLO="X"), np.eye(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# slogdet of a matrix the function also factors is NumPy's slogdet of the whole matrix (LU reads
+# all of it) and has its gradient, inv(a).T, for a matrix that is symmetric, symmetric but for
+# the rounding of the GEMM that built it, or not symmetric; the factor serves only the first two.
+
+def _signed_logdet_after(factor, a):
+    """``sign * logabsdet`` of ``a`` once ``factor``, a Cholesky factor of it, is made."""
+    sign, logabsdet = np.linalg.slogdet(a)
+    return sign * logabsdet
+
+
+def _gp_terms(ns, a, y):
+    alpha = ns.cho_solve((np.linalg.cholesky(a), True), y[..., None])
+    return 0.5 * np.sum(y[..., None] * alpha, axis=(-2, -1)) + np.linalg.slogdet(a)[1]
+
+
+FACTORED_LOG_DETERMINANTS = {   # name: fn(ns, a, y), ns being mj.linalg or scipy.linalg
+    "np.linalg.cholesky": lambda ns, a, y: _signed_logdet_after(np.linalg.cholesky(a), a),
+    "np.linalg.cholesky(upper=True)": lambda ns, a, y: _signed_logdet_after(np.linalg.cholesky(a, upper=True), a),
+    "cho_factor (upper)": lambda ns, a, y: _signed_logdet_after(ns.cho_factor(a), a),
+    "cho_solve and slogdet": _gp_terms,
+}
+
+
+def _per_matrix(fn, a, y):
+    """NumPy and SciPy running ``fn`` on each matrix of the stack (SciPy's functions do not batch)."""
+    return np.stack([fn(sl, a_i, y_i) for a_i, y_i in zip(a, y)])
+
+
+def _kinds_of_matrices(dtype, rng, n=5):
+    """A stack of a symmetric positive-definite matrix, one asymmetric in its last bits (a GEMM
+    of a scaled copy, in ``dtype``) and one not symmetric whose lower triangle is positive definite."""
+    x = rng.standard_normal((3, n, n))
+    k = spd(x)
+    symmetric = np.asarray((k[0] + k[0].T) / 2, dtype)
+    rows, weights = x[1].astype(dtype), rng.uniform(0.5, 2.0, n).astype(dtype)
+    rounded = (rows * weights) @ rows.T / dtype(n) + np.eye(n, dtype=dtype)
+    assert np.any(rounded != rounded.T) and np.allclose(rounded, rounded.T, rtol=10 * np.finfo(dtype).eps)
+    not_symmetric = np.asarray(k[2] + 0.3 * rng.standard_normal((n, n)), dtype)
+    return np.stack([symmetric, rounded, not_symmetric])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_slogdet_of_a_factored_matrix_is_numpys_of_the_whole_matrix(backend, dtype):
+    rng = np.random.default_rng(21)
+    a = _kinds_of_matrices(dtype, rng)
+    y = rng.standard_normal(a.shape[:-1]).astype(dtype)
+    names = list(FACTORED_LOG_DETERMINANTS)
+    weights = {name: rng.standard_normal(a.shape[0]) for name in names}
+
+    def loss(matrices, y):   # each spelling its own copy of the matrices, and so its own gradient
+        values = [FACTORED_LOG_DETERMINANTS[name](la, m, y) for name, m in zip(names, matrices)]
+        return sum(np.sum(v * weights[name].astype(dtype)) for name, v in zip(names, values)), values
+
+    (_, values), (grads,) = mj.compile_loss(loss, argnums=(0,), has_aux=True, backend=backend)([a] * len(names), y)
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    a64, y64 = a.astype(np.float64), y.astype(np.float64)   # the oracles in float64
+    for name, value, grad in zip(names, values, grads):
+        fn = FACTORED_LOG_DETERMINANTS[name]
+        assert value.dtype == grad.dtype == dtype
+        np.testing.assert_allclose(value, _per_matrix(fn, a64, y64), rtol=tol, atol=tol, err_msg=name)
+        if "cho_solve" not in name:   # the gradient of sign * logabsdet: sign * inv(a).T
+            expected = (weights[name] * np.linalg.slogdet(a64)[0])[:, None, None] * np.swapaxes(np.linalg.inv(a64), -1, -2)
+            np.testing.assert_allclose(grad, expected, rtol=tol, atol=tol * np.abs(expected).max(), err_msg=name)
+        check_loss_grads_fd(lambda xs, fn=fn, w=weights[name]: np.sum(_per_matrix(fn, xs[0], y64) * w),
+                            [a64], [grad.astype(np.float64)], rng=rng, rtol=10 * tol, what=name)
+
+
+def _factored_slogdet(a):
+    np.linalg.cholesky(a)
+    return np.linalg.slogdet(a)[1]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_the_factor_serves_a_matrix_symmetric_to_rounding_and_lu_the_others(backend):
+    """A matrix asymmetric by more than rounding (1e-9, where the factor's log-determinant is
+    off by 8e-10) has LU's on both backends. On the reference backend the factor's is
+    2 sum log diag(cholesky(a)) to the bit and LU's np.linalg.slogdet's: a matrix asymmetric in
+    its last bits takes the factor."""
+    rng = np.random.default_rng(22)
+    a = _kinds_of_matrices(np.float64, rng)
+    slightly = a[0] + 1e-9 * np.triu(rng.standard_normal(a[0].shape), 1)
+    a = np.concatenate([a, slightly[None]])
+    step = mj.compile_loss(lambda a: (np.sum(_factored_slogdet(a)), _factored_slogdet(a)), has_aux=True,
+                           backend=backend)
+    (_, values), _ = step(a)
+    from_factor = 2.0 * np.sum(np.log(np.diagonal(np.linalg.cholesky(a), axis1=-2, axis2=-1)), axis=-1)
+    by_lu = np.linalg.slogdet(a)[1]
+    assert abs(from_factor[3] - by_lu[3]) > 1e-10
+    np.testing.assert_allclose(values[2:], by_lu[2:], rtol=1e-14)
+    if backend == "interp":
+        np.testing.assert_array_equal(values, [from_factor[0], from_factor[1], by_lu[2], by_lu[3]])
+
+
+def test_the_gradient_of_a_matrix_symmetric_to_rounding_is_the_inverse_from_its_factor():
+    """The compiled step's inverse from the factor is exactly symmetric (LU's of a matrix
+    asymmetric in its last bits is not); a matrix that is not symmetric gets LU's."""
+    rng = np.random.default_rng(23)
+    a = _kinds_of_matrices(np.float64, rng)
+    _, grad = mj.compile_loss(lambda a: np.sum(_factored_slogdet(a)))(a)
+    assert np.array_equal(grad[1], grad[1].T)
+    np.testing.assert_allclose(grad, np.swapaxes(np.linalg.inv(a), -1, -2), rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interp"])
+def test_second_derivatives_of_a_factored_slogdet_are_numpys(backend):
+    """H v of logabsdet(a) is -(a^-1 v a^-1)^T, for symmetric and non-symmetric matrices alike."""
+    rng = np.random.default_rng(24)
+    hvp = mj.hvp(_factored_slogdet, backend=backend)
+    for a in _kinds_of_matrices(np.float64, rng):
+        v = rng.standard_normal(a.shape)
+        inverse = np.linalg.inv(a)
+        np.testing.assert_allclose(hvp(a, v), -(inverse @ v @ inverse).T, rtol=1e-10, atol=1e-12)

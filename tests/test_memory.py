@@ -74,26 +74,34 @@ def kernels_of(compiled) -> list:
 @pytest.fixture
 def kept(monkeypatch):
     """``kept(n)``: from now on, the kernels no step holds that stay loaded are the ``n`` loaded
-    last (and no disk-cached step is kept for a re-run)."""
+    last (and no disk-cached step is kept for a re-run). ``kept.before`` holds the ids of the
+    kernels loaded before: steps of earlier tests in this process may still hold them."""
     monkeypatch.setattr(loading, "RECENT_KERNELS", 0)
     loading._recent_kernels.clear()   # (steps and kernels kept by the tests before: let them go)
 
     def keep(n):
         monkeypatch.setattr(kernels, "KEPT", n)
         kernels._recent.clear()
+        collect()
+        keep.before = {id(k.dispatcher) for k in list(kernels._loaded.values())}
     return keep
+
+
+def loaded_here(refs: list, kept) -> list:
+    """The kernels of ``refs`` this test loaded (no step of an earlier test holds them)."""
+    return [k for k in refs if k() is not None and id(k()) not in kept.before]
 
 
 @pytest.mark.parametrize("cache", [True, False])
 def test_the_kernels_of_a_deleted_program_are_released(cache, kept):
     kept(0)
-    fn, (params, x, y) = MODELS["mlp2"](np.float64, batch=16)
+    fn, (params, x, y) = deep_mlp(np.float64, sizes=(5, 11, 7, 2), activation=mj.sigmoid)  # no other test's
     loss = mj.compile_loss(fn, cache=cache)
     loss(params, x, y)
     train = mj.train_step(fn, mj.optim.adam(1e-2), cache=cache)
-    p = {k: v.copy() for k, v in params.items()}
+    p = [(w.copy(), b.copy()) for w, b in params]
     train(p, train.init(p), x, y)
-    held = kernels_of(loss) + kernels_of(train)
+    held = loaded_here(kernels_of(loss) + kernels_of(train), kept)
     assert len(held) >= 4
     del loss, train
     collect()
@@ -122,15 +130,17 @@ def test_a_live_step_keeps_its_kernels_and_runs_as_before_when_another_is_delete
 def test_the_kernels_no_step_holds_are_the_last_loaded_up_to_a_bound(kept):
     kept(3)
     held = []
-    for sizes in [(4, 5, 3), (4, 7, 3), (6, 5, 2), (5, 9, 3)]:
-        fn, args = deep_mlp(np.float64, sizes=sizes)
+    for sizes, activation in [((4, 5, 3), mj.sin), ((4, 7, 3), mj.cos), ((6, 5, 2), mj.arctan), ((5, 9, 3), mj.sinh)]:
+        fn, args = deep_mlp(np.float64, sizes=sizes, activation=activation)   # kernels no other test loads
         loss = mj.compile_loss(fn, cache=False)
         loss(*args)
-        held += kernels_of(loss)
+        held += loaded_here(kernels_of(loss), kept)
         del loss
     collect()
+    assert len(held) > 3
     alive = {id(k()) for k in held if k() is not None}
-    assert alive == {id(k.dispatcher) for k in kernels._recent.values()} and len(alive) == 3
+    recent = {id(k.dispatcher) for k in kernels._recent.values()}
+    assert len(recent) == 3 and alive == recent - kept.before
 
 
 def test_a_table_step_runs_kernels_compiled_again_after_their_release(kept, monkeypatch):

@@ -843,6 +843,8 @@ def _matrices(rng, dt, n, batch, kind):
     x = rng.standard_normal(batch + (n, n))
     if kind == "spd":
         x = x @ np.swapaxes(x, -1, -2) / n + np.eye(n)
+    elif kind == "spd-not-symmetric":   # the lower triangle still positive definite
+        x = x @ np.swapaxes(x, -1, -2) / n + np.eye(n) + 0.1 * rng.standard_normal(batch + (n, n))
     elif kind == "lower":
         x = np.tril(x) + 3.0 * np.eye(n)
     else:
@@ -910,6 +912,11 @@ def _linalg_cases() -> list[Case]:
         Case("det", "det", la.det, np.linalg.det, linalg_make("general"), tol=100),
         Case("slogdet", "slogdet", lambda a: mj.stack(la.slogdet(a), axis=-1),
              lambda a: np.stack(np.linalg.slogdet(a), axis=-1), linalg_make("general"), tol=100),
+        *[Case("factored_slogdet", kind, lambda a: mj.stack(_slogdet_after_cholesky(a), axis=-1),
+               lambda a: np.stack(np.linalg.slogdet(a), axis=-1), linalg_make(kind), tol=100)
+          for kind in ("spd", "spd-not-symmetric")],
+        *[Case("factored_inv", kind, lambda a: apply("factored_inv", [a, la.cholesky(a)]), np.linalg.inv,
+               linalg_make(kind), tol=100) for kind in ("spd", "spd-not-symmetric")],
         Case("eigh", "eigvalsh", la.eigvalsh, np.linalg.eigvalsh, linalg_make("spd"), tol=100),
         Case("eigh", "vectors-squared", lambda a: la.eigh(a)[1] ** 2, lambda a: np.linalg.eigh(a)[1] ** 2,
              linalg_make("spd"), tol=1000),
@@ -921,6 +928,11 @@ def _linalg_cases() -> list[Case]:
         Case("qr", "pinv-wide", lambda a: la.pinv(a.T), lambda a: np.linalg.pinv(a.T),
              lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
     ]
+
+
+def _slogdet_after_cholesky(a):
+    mj.linalg.cholesky(a)   # the factor slogdet is then given
+    return mj.linalg.slogdet(a)
 
 
 def _lstsq_arrays(ns, result):

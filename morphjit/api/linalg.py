@@ -6,7 +6,8 @@ traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy
 ``triangular_matmul`` (BLAS ``trmm``) and ``triangular_inverse`` (LAPACK ``trtri``). Each works
 on the last two axes and batches over the leading ones, broadcast between operands as NumPy does.
 ``cho_solve`` on a factor the trace made itself binds an op of the factored matrix, so that the
-gradient goes to the matrix directly.
+gradient goes to the matrix directly; ``slogdet`` of a matrix the trace factored binds an op that
+reads the factor where the matrix is symmetric (decided as the step runs) and LU otherwise.
 
 Errors: a matrix that is not positive definite (cholesky) or is singular (solve, inv, a zero on a
 triangular diagonal) raises ``numpy.linalg.LinAlgError`` from the call, on both backends, as
@@ -124,12 +125,19 @@ def _factored_matrix(c, lower: bool):
     """The traced matrix whose Cholesky factor ``c`` is, when the trace made ``c`` by ``cholesky``
     (``lower``) or as the transpose of that (upper); else None."""
     made = _producer(c)
-    if made is not None and not lower and made.op == "transpose" and made.kwargs["perm"][-2:] == (
-            c.ndim - 1, c.ndim - 2) and made.kwargs["perm"][:-2] == tuple(range(c.ndim - 2)):
+    if made is not None and not lower and _swaps_last_axes(made):
         made, lower = _producer(Tracer(c.trace, made.inputs[0])), True
     if made is None or made.op != "cholesky" or not lower:
         return None
     return Tracer(c.trace, made.inputs[0])
+
+
+def _swaps_last_axes(b) -> bool:
+    """Whether the binding ``b`` transposes the last two axes (and only those)."""
+    if b.op != "transpose":
+        return False
+    perm = b.kwargs["perm"]
+    return perm == tuple(range(len(perm) - 2)) + (len(perm) - 1, len(perm) - 2)
 
 
 def _producer(x):
@@ -157,23 +165,24 @@ def det(a):
 
 
 def slogdet(a):
-    """``np.linalg.slogdet``: ``(sign, logabsdet)``, differentiable in ``logabsdet``. Of a matrix
-    the trace has already factored by ``cholesky`` (so positive definite), from the factor's
-    diagonal: no LU, and the gradient is Murray's diagonal rule rather than an inverse."""
+    """``np.linalg.slogdet``: ``(sign, logabsdet)`` of all of ``a``, differentiable in
+    ``logabsdet``. Of a matrix the trace has already factored by ``cholesky`` (either triangle),
+    an op that takes the factor's diagonal, and for the gradient the inverse from the factor,
+    where the step finds ``a`` symmetric to rounding, and LU otherwise."""
     a = _matrix("slogdet", a)
     factor = _cholesky_factor_of(a)
-    if factor is not None:
-        logabsdet = 2.0 * A.sum(A.log(A.sum(factor * np.eye(a.shape[-1], dtype=a.dtype), axis=-1)), axis=-1)
-        return SlogdetResult(A.ones_like(logabsdet), logabsdet)   # 1 even for NaN input, as NumPy
-    packed = A.bind("slogdet", [a])
+    packed = A.bind("slogdet", [a]) if factor is None else A.bind("factored_slogdet", [a, factor])
     return SlogdetResult(getitem(packed, (Ellipsis, 0)), getitem(packed, (Ellipsis, 1)))
 
 
 def _cholesky_factor_of(a):
-    """The lower Cholesky factor of the traced matrix ``a`` if the trace has made it; else None."""
+    """The lower Cholesky factor the trace has made of the traced matrix ``a`` or of its
+    transpose (``cholesky(a, upper=True)``, ``cho_factor(a)``); else None."""
     if not isinstance(a, Tracer):
         return None
-    made = next((b for b in a.trace.bindings if b.op == "cholesky" and b.inputs[0] is a.operand), None)
+    transposes = {id(b.out) for b in a.trace.bindings if _swaps_last_axes(b) and b.inputs[0] is a.operand}
+    made = next((b for b in a.trace.bindings if b.op == "cholesky"
+                 and (b.inputs[0] is a.operand or id(b.inputs[0]) in transposes)), None)
     return None if made is None else Tracer(a.trace, made.out)
 
 

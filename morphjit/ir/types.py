@@ -4,6 +4,7 @@ dtype)."""
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,13 +105,23 @@ class Sym:
         return result
 
     def __eq__(self, other):
-        if isinstance(other, Sym):
-            return self.terms == other.terms
-        return False if isinstance(other, (int, np.integer)) else NotImplemented
+        return self._equal(other, when_unequal=False)
 
     def __ne__(self, other):
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
+        return self._equal(other, when_unequal=True)
+
+    def _equal(self, other, when_unequal: bool):
+        """``when_unequal`` unless ``self`` and ``other`` are the same polynomial. Polynomials that
+        differ may still take the same value at some batch size (``B`` and ``4`` at ``B = 4``):
+        morphjit's own code compares them as expressions, but the traced function's ``if
+        x.shape[0] == 4:`` needs the value, and so raises ``Specialize``."""
+        if not isinstance(other, (Sym, int, np.integer)):
+            return NotImplemented
+        if isinstance(other, Sym) and self.terms == other.terms:
+            return not when_unequal
+        if not _compared_by_morphjit():
+            self._needs_value()
+        return when_unequal
 
     def __hash__(self):
         return hash(self.terms)
@@ -143,6 +154,12 @@ class Sym:
 
 BATCH = "B"
 BATCH_SIZE = Sym({1: 1})
+
+
+def _compared_by_morphjit() -> bool:
+    """Whether the code comparing two extents (the caller of ``Sym._equal``'s caller) is
+    morphjit's own rather than the traced function's."""
+    return sys._getframe(3).f_globals.get("__name__", "").startswith("morphjit")
 
 
 def evaluate(value, batch: int):

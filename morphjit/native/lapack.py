@@ -204,9 +204,7 @@ def weighted_gram(w, e, out):
         negative = np.empty_like(out)
         _scaled_gram(w, e, negative, -1.0)
         out -= negative
-    for i in range(out.shape[0]):
-        for j in range(i):
-            out[j, i] = out[i, j]
+    _mirror_lower(out)
 
 
 @numba.njit(**JIT)
@@ -219,11 +217,25 @@ def _scaled_gram(w, e, out, sign):
             out[i, j] = scale * w[i, j]
         for j in range(i + 1, n):
             out[i, j] = 0
+    _lauum(out)
+
+
+@numba.njit(**JIT)
+def _lauum(w):
+    """The lower triangle of ``w`` = w^T w for the lower-triangular ``w``, in place."""
+    n = w.shape[0]
     uplo, ints = _characters("U"), _integers(n, n, 0)
-    if out.itemsize == 8:
-        _dlauum(uplo.ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+    if w.itemsize == 8:
+        _dlauum(uplo.ctypes, ints[0:].ctypes, w.ctypes, ints[1:].ctypes, ints[2:].ctypes)
     else:
-        _slauum(uplo.ctypes, ints[0:].ctypes, out.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+        _slauum(uplo.ctypes, ints[0:].ctypes, w.ctypes, ints[1:].ctypes, ints[2:].ctypes)
+
+
+@numba.njit(**JIT)
+def _mirror_lower(out):
+    for i in range(out.shape[0]):
+        for j in range(i):
+            out[j, i] = out[i, j]
 
 
 @numba.njit(**JIT)
@@ -300,6 +312,57 @@ def slogdet(a, out):
         out[1] = logdet
     else:
         out[...] = np.nan
+
+
+@numba.njit(**JIT)
+def factored_slogdet(a, c, out):
+    """``out`` = (sign, logabsdet) of ``a``: from the diagonal of its lower Cholesky factor ``c``
+    where ``a`` is symmetric to rounding, else by LU."""
+    if _symmetric_to_rounding(a):
+        logabsdet = 0.0
+        for i in range(c.shape[0]):
+            logabsdet += 2 * np.log(c[i, i])
+        out[0] = 1
+        out[1] = logabsdet
+    else:
+        slogdet(a, out)
+
+
+@numba.njit(**JIT)
+def factored_inv(a, c, out):
+    """``out`` = a^-1: c^-T c^-1 from its lower Cholesky factor ``c`` (trtri and lauum, a third
+    of LU's work) where ``a`` is symmetric to rounding, else by LU."""
+    if _symmetric_to_rounding(a):
+        triangular_inverse(c, out, True)
+        _lauum(out)
+        _mirror_lower(out)
+    else:
+        inv(a, out)
+
+
+_TILE = 64   # the symmetry test's square tiles: 64 rows of 64 doubles stay in L1
+
+
+@numba.njit(**JIT)
+def _symmetric_to_rounding(a):
+    """``linalg_ops``' test: finite, and ``|a_ij - a_ji| <= n eps sqrt(a_ii a_jj)``; tile by
+    tile below the diagonal, so that the column ``a[:, i]`` is read from cache (one pass over
+    memory: 3.4 ms at n = 2000, where reading it row by row takes 5)."""
+    n = a.shape[0]
+    tolerance = n * (2.220446049250313e-16 if a.itemsize == 8 else 1.1920928955078125e-07)
+    scale = np.empty(n)
+    for i in range(n):
+        if not np.isfinite(a[i, i]):
+            return False
+        scale[i] = np.sqrt(abs(a[i, i]))
+    for i0 in range(0, n, _TILE):
+        for j0 in range(0, i0 + 1, _TILE):
+            for i in range(i0, min(i0 + _TILE, n)):
+                bound = tolerance * scale[i]
+                for j in range(j0, min(j0 + _TILE, i)):
+                    if not abs(a[i, j] - a[j, i]) <= bound * scale[j]:
+                        return False
+    return True
 
 
 @numba.njit(**JIT)

@@ -11,10 +11,13 @@ finite; it is the gradient of a function that does not rotate within the repeate
 reduced QR (m >= n) by Walter, Lehmann and Lamour (2012). ``eigh`` and ``qr`` return two arrays
 and ``slogdet`` two numbers: their op packs both into one array, which views split.
 
-Two rules see structure that the general ones would spend cubic work on: ``cho_solve`` of a
+Three rules see structure that the general ones would spend cubic work on: ``cho_solve`` of a
 matrix with its own factor (``x = a^-1 b``) sends its gradient to the matrix through ``a^-1``,
-not back through the factor; and a Cholesky cotangent that is diagonal by construction (the
-factor read on its diagonal, as in a log-determinant) takes Murray's rule in closed form.
+not back through the factor; a Cholesky cotangent that is diagonal by construction (the factor
+read on its diagonal, as in a log-determinant) takes Murray's rule in closed form; and
+``factored_slogdet`` and ``factored_inv`` of a matrix with its own factor are NumPy's ``slogdet``
+and ``inv`` of the whole matrix, from the factor where the matrix is symmetric to rounding (a
+test at run time, per matrix) and by LU otherwise, so their gradients are NumPy's.
 """
 from __future__ import annotations
 
@@ -67,6 +70,18 @@ def _factored_system_rule(types, lower):
     if a.shape != c.shape:
         raise ShapeError(f"cho_solve: a factor of shape {c.shape} does not fit matrices of shape {a.shape}")
     return _system_rule("cho_solve")([c, b])
+
+
+def _factored_square_rule(op: str, out_core):
+    """A square ``a [..., n, n]`` and its Cholesky factor ``c`` (same shape)."""
+    infer = _square_rule(op, out_core)
+
+    def infer_factored(types, **params):
+        a, c = types
+        if a.shape != c.shape or a.dtype != c.dtype:
+            raise ShapeError(f"{op}: a factor {c} does not fit matrices {a}")
+        return infer([a])
+    return infer_factored
 
 
 def _weighted_gram_rule(types):
@@ -130,6 +145,32 @@ def _cho_solve(a, c, b, lower):
 def _slogdet(a):
     sign, logdet = np.linalg.slogdet(a)
     return np.stack([sign, logdet], axis=-1).astype(a.dtype)
+
+
+def _symmetric_to_rounding(a) -> bool:
+    """Whether the finite matrix ``a`` is symmetric up to the backward error of its Cholesky
+    factorisation: ``|a_ij - a_ji| <= n eps sqrt(a_ii a_jj)`` (what a GEMM building ``x @ x.T``
+    may leave; the factor of either triangle is then one of ``a`` as accurate as LU's). The
+    numba kernels apply the same test."""
+    n = a.shape[-1]
+    scale = np.sqrt(np.abs(np.diagonal(a)))
+    bound = n * np.finfo(a.dtype).eps * (scale[:, None] * scale[None, :])
+    return bool(np.all(np.isfinite(a)) and np.all(np.abs(a - a.T) <= bound))
+
+
+def _where_symmetric(from_factor, by_lu):
+    """The reference of an op of matrices ``a`` and their lower Cholesky factors ``c``:
+    ``from_factor(c)`` for each matrix symmetric to rounding, ``by_lu(a)`` for the others."""
+    return lambda a, c: _batched(lambda a, c: from_factor(c) if _symmetric_to_rounding(a) else by_lu(a), a, c)
+
+
+def _slogdet_from_factor(c):
+    return np.array([1.0, 2.0 * np.sum(np.log(np.diagonal(c)))], c.dtype)
+
+
+def _inv_from_factor(c):
+    w = _triangular_inverse(c, True)
+    return w.T @ w
 
 
 def _eigh(a):
@@ -263,8 +304,23 @@ def _det_vjp(g, ans, a):
 
 
 def _slogdet_vjp(g, ans, a):
-    glog = getitem(g, (Ellipsis, slice(1, 2), None))   # the sign is piecewise constant
-    return (glog * A.swap_last(A.bind("inv", [a])),)
+    return (_logabsdet_cotangent(g) * A.swap_last(A.bind("inv", [a])),)
+
+
+def _logabsdet_cotangent(g):
+    """The cotangent of ``logabsdet`` in a packed ``(sign, logabsdet)``, shaped to scale a matrix
+    (the sign is piecewise constant)."""
+    return getitem(g, (Ellipsis, slice(1, 2), None))
+
+
+def _factored_slogdet_vjp(g, ans, a, c):
+    """NumPy's ``slogdet`` rule, the inverse from the factor where it can be; the factor gets no
+    cotangent (the value is a function of ``a`` alone)."""
+    return _logabsdet_cotangent(g) * A.swap_last(A.bind("factored_inv", [a, c])), None
+
+
+def _factored_inv_vjp(g, ans, a, c):
+    return _inv_vjp(g, ans, a)[0], None
 
 
 def _eigh_vjp(g, ans, a):
@@ -309,5 +365,9 @@ defop("solve", LINALG, _system_rule("solve"), np.linalg.solve, _solve_vjp, core=
 defop("inv", LINALG, _square_rule("inv", lambda n: (n, n)), np.linalg.inv, _inv_vjp, core=(2, 2))
 defop("det", LINALG, _square_rule("det", lambda n: ()), np.linalg.det, _det_vjp, core=(2, 0))
 defop("slogdet", LINALG, _square_rule("slogdet", lambda n: (2,)), _slogdet, _slogdet_vjp, core=(2, 1))
+defop("factored_inv", LINALG, _factored_square_rule("factored_inv", lambda n: (n, n)),
+      _where_symmetric(_inv_from_factor, np.linalg.inv), _factored_inv_vjp, core=(2, 2, 2))
+defop("factored_slogdet", LINALG, _factored_square_rule("factored_slogdet", lambda n: (2,)),
+      _where_symmetric(_slogdet_from_factor, _slogdet), _factored_slogdet_vjp, core=(2, 2, 1))
 defop("eigh", LINALG, _square_rule("eigh", lambda n: (n + 1, n)), _eigh, _eigh_vjp, core=(2, 2))
 defop("qr", LINALG, _qr_rule, _qr, _qr_vjp, core=(2, 2))
