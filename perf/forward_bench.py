@@ -4,7 +4,7 @@ forward and PyTorch under ``torch.no_grad()``, beside the full steps (``compile_
 that the forward ratios can be read against the training-step ratios.
 
     PYTHONPATH=$PWD /work/wt/benchvenv/bin/python perf/forward_bench.py [--workloads tiny small]
-        [--dtypes float32] [--budget 1.5] [--markdown perf/FORWARD_RESULTS.md]
+        [--dtypes float32] [--budget 1.5] [--markdown perf/results/FORWARD_RESULTS.md]
 
 Every forward value is checked against NumPy's before timing. BLAS and peer threads are held to
 one, as perf/bench.py holds them (the variables are set before NumPy loads).

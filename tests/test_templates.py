@@ -59,7 +59,7 @@ SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
 
 # A template may round differently from a reference that uses another formula (scipy's expit):
 # allowed distance in units in the last place. Every other op must match exactly.
-ULPS = {"sigmoid": 2, "tanh": 1,   # float32 tanh is a rational function (see perf/fit_tanh.py)
+ULPS = {"sigmoid": 2, "tanh": 1,   # float32 tanh is a rational function (see perf/tools/fit_tanh.py)
         "pow": 1,
         # The C library's against SciPy's (Cephes) formulas, which drift apart in erfc's far tail;
         # Python's math.lgamma (which this test evaluates; compiled code calls the C library's) is

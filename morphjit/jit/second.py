@@ -193,10 +193,10 @@ def hvp(fn=None, *, backend=None, cache=None, static_shapes=None, static_argnums
     """Compile the Hessian-vector product of ``fn(params, *data) -> scalar loss``:
     ``mj.hvp(fn)(params, v, *data)`` is ``H v``, ``H`` the Hessian of the loss with respect to
     ``params`` and ``v`` a tree shaped like ``params``, computed in one step (reverse over reverse;
-    about 2-2.6 times a gradient step's time on the MLPs of ``perf/HVP_RESULTS.md``). ``fn`` may
-    be a `CompiledLoss`, whose settings (static arguments included; with ``has_aux``, the aux
-    output is dropped) are used unless given here. Static arguments are numbered as in ``fn``.
-    The step is batch-polymorphic and disk-cached like ``compile_loss``'s."""
+    about 2-2.6 times a gradient step's time on the MLPs of ``perf/results/HVP_RESULTS.md``).
+    ``fn`` may be a `CompiledLoss`, whose settings (static arguments included; with ``has_aux``,
+    the aux output is dropped) are used unless given here. Static arguments are numbered as in
+    ``fn``. The step is batch-polymorphic and disk-cached like ``compile_loss``'s."""
     if fn is None:
         return lambda f: HVP(f, backend, cache, static_shapes, static_argnums, static_argnames)
     return HVP(fn, backend, cache, static_shapes, static_argnums, static_argnames)

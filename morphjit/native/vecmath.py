@@ -129,7 +129,7 @@ VARIANTS: dict[str, list[Variant]] = _detect()
 # it is not the C library's function of that name.
 OWN_FORMS: dict = _compile_own_forms({**vecforms.sincos_forms(VARIANTS), **vecforms.powf_forms(VARIANTS),
                                        **vecforms.expf_forms(VARIANTS)})
-# Switched off by the tests and perf.vecmath_figures to render the scalar fallback in this process.
+# Switched off by the tests and perf.tools.vecmath_figures to render the scalar fallback in this process.
 ENABLED = bool(VARIANTS)
 
 

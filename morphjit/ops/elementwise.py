@@ -43,7 +43,7 @@ elementwise("cos", np.cos, lambda K, x: vecmath.call("cos", x),
             lambda g, ans, x: (-g * A.sin(x),), cost=EXPENSIVE)
 # float32 tanh: x * P(x^2) / Q(x^2) evaluated in float64, +-1 beyond |x| >= 9 (where float32 tanh
 # rounds to 1). Plain arithmetic, so loops over it vectorise, unlike the C library's tanhf; within
-# 0.61 ulp of tanh (NumPy's float32 tanh: 1.36). Derived and checked by `python -m perf.fit_tanh`.
+# 0.61 ulp of tanh (NumPy's float32 tanh: 1.36). Derived and checked by `python -m perf.tools.fit_tanh`.
 TANH_P = (0.9999999934607076, 0.13084061169730796, 0.003104012986314047, 1.1154894984862142e-05,
           -2.0227565497550033e-08, 5.279054178928119e-11, -8.491499938536964e-14)
 TANH_Q = (1.0, 0.46417388296639756, 0.024495405217303746, 0.00025462274679121765)

@@ -1,13 +1,17 @@
-"""Structural figures of the optimised joint programs and their replay plans (issue 4).
+"""Derives the structural figures of issue 4's report: bindings, instructions and buffers of the plans.
 
-Run: .venv/bin/python -m perf.plan_figures
+For four test models: the joint program's bindings before and after the passes, the lowered
+program, the plan's instructions, loop nests, GEMMs and slots, and its workspace against the naive
+plan (one buffer per value). A tool, since the program before the passes is internal.
+
+Run: .venv/bin/python -m perf.tools.plan_figures
 """
 import os
 import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tests"))
 
 import morphjit as mj  # noqa: E402
 from morphjit.transforms import passes, vjp  # noqa: E402

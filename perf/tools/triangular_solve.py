@@ -1,7 +1,9 @@
-"""Why the triangular solves call BLAS trsm: a numba loop nest (forward substitution) against the
-kernel ``morphjit.lapack.solve_triangular`` at n = 100, 500, 2000, one and n right-hand sides.
+"""Derives the choice of BLAS trsm for triangular solves (perf/results/GP_RESULTS.md, last section).
 
-Run:  OPENBLAS_NUM_THREADS=1 python -m perf.triangular_solve
+A numba loop nest (forward substitution) against the kernel ``morphjit.native.lapack.solve_triangular``
+at n = 100, 500, 2000, one and n right-hand sides; a tool, since that kernel is internal.
+
+Run:  OPENBLAS_NUM_THREADS=1 python -m perf.tools.triangular_solve
 """
 import time
 

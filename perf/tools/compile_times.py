@@ -1,6 +1,12 @@
-"""Compile time of generated steps against MLP depth (issue 5).
+"""Derives the compile-time figures of perf/results/COMPILE_RESULTS.md (quoted in README's Performance).
 
-Run: .venv/bin/python perf/compile_times.py [--depths 2,5,10,20] [--repeat 2] [--quick] [--morphjit DIR]
+A tool, since it reads internals: it splits the first call at the pipeline's stages in process CPU
+time and counts the kernels compiled and reused. Its figures set the table-step threshold
+(``MORPHJIT_TABLE_STEP``).
+
+Compile time of generated steps against MLP depth (issue 5).
+
+Run: .venv/bin/python perf/tools/compile_times.py [--depths 2,5,10,20] [--repeat 2] [--quick] [--morphjit DIR]
 (about 2 minutes with the defaults). --morphjit DIR measures a frozen copy
 (`git archive HEAD morphjit | tar -x -C DIR`) instead of the working tree, which other engineers
 edit while this runs.
@@ -16,10 +22,10 @@ batch 64, gradients of every weight and bias.
 Measured:
 - the fixed cost: import numba and compile one tiny njit function calling np.dot;
 - the cost of step arguments: compile an empty step taking N arrays, flat or as one tuple;
-- the first call, split into the morphjit part (trace + vjp + passes + plan + tablegen.render) and
+- the first call, split into the morphjit part (trace + vjp + passes + plan + codegen) and
   the numba part (exec of the source + first call of the step: typing, lowering, LLVM), against
   the size of the plan and of the source, and whether the numba part grows linearly with the
-  instruction count. Every loop nest is a kernel of its own (``morphjit.kernels``: compiled once
+  instruction count. Every loop nest is a kernel of its own (``morphjit.runtime.kernels``: compiled once
   per text, shared by the layers and programs that run it); the kernels column counts the distinct
   ones of a step.
 
@@ -30,9 +36,9 @@ program (other) or the same model at another size (edit, the notebook edit cycle
 with the first call of jax.jit(value_and_grad) and torch.compile(grad_and_value) of the same
 functions (run by --peer-python; torch.compile with an empty inductor cache and the CPU time of the
 C++ compiler it runs counted), and fits first call = fixed + per-instruction cost. Steps of
-``tablegen.TABLE_FROM`` instructions or more are tables of kernel calls (``morphjit.table``; the
+``MORPHJIT_TABLE_STEP`` instructions or more are tables of kernel calls (``morphjit.runtime.table``; the
 step args column says "table"), whose own code is not compiled per program. Example:
-  python perf/compile_times.py --stages mlp:2 mlp:10 rnn:100 --modes fresh,edit --repeat 1
+  python perf/tools/compile_times.py --stages mlp:2 mlp:10 rnn:100 --modes fresh,edit --repeat 1
 """
 from __future__ import annotations
 
@@ -138,8 +144,8 @@ def child_args(counts) -> None:
 def child_compile(n_layers: int, dtype: str) -> None:
     """The first call split into the morphjit part and the numba part, and the size of the step."""
     import morphjit as mj
-    from morphjit.cache import policy as disk_cache
-    from morphjit.backend.codegen import tablegen
+    from morphjit.backend import render
+    from morphjit.cache import load_module
     from morphjit.jit.checks import arg_spec
     from morphjit.jit.pipeline import compile_plan
     from morphjit.runtime import NativeStep
@@ -147,11 +153,11 @@ def child_compile(n_layers: int, dtype: str) -> None:
     fn, args = mlp(n_layers, dtype)
     t0 = CLOCK()
     plan = compile_plan(mj.grad_program(fn, *args))
-    source, arguments = tablegen.render(plan)
+    source, arguments = render(plan)
     t_mj = CLOCK() - t0
     _, leaves = arg_spec(fn, args, 0)
     t0 = CLOCK()
-    module = disk_cache.load_module(source, name_hint="ct", cache=False)
+    module = load_module(source, name_hint="ct", cache=False)
     step = NativeStep(plan, module.step, arguments)
     step(*leaves)
     t_numba = CLOCK() - t0
@@ -334,7 +340,7 @@ def kernel_counts() -> dict:
 
 def child_peer(tool: str, family: str, size: int, mode: str) -> None:
     """The first call of ``family`` under jax.jit(value_and_grad) or torch.compile(grad_and_value)."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     from perf import impls
     if tool == "jax":
         import jax

@@ -1,6 +1,10 @@
-"""Measure the facts the code generator's design depends on, around the hand-written MLP step.
+"""Derives the numba options of generated code (``FASTMATH``, ``JIT`` in morphjit/backend/codegen/writer.py).
 
-Run: .venv/bin/python -m perf.facts_handwritten [--reps N]
+Facts the code generator's design depends on, measured around the hand-written MLP step
+(``perf/handwritten.py``): compile time against depth, element-wise kernels by literal dtype,
+fast-math sets and NaN propagation, call overhead by argument form.
+
+Run: .venv/bin/python -m perf.tools.facts_handwritten [--reps N]
 Alternatives are timed side by side in one process, interleaved; figures are medians.
 BLAS runs single-threaded unless OPENBLAS_NUM_THREADS is set. Single-threaded, times are process
 CPU time, which leaves out the time the process waits for a core on a shared machine.

@@ -1,4 +1,4 @@
-"""Derive (and check) the rational approximation behind the float32 ``tanh`` template.
+"""Derives TANH_P, TANH_Q and TANH_LIMIT of ``morphjit/ops/elementwise.py``: the rational float32 ``tanh``.
 
 C libraries compute ``tanhf`` one element at a time (about 19 ns here), which keeps a loop from
 vectorising; NumPy's float32 ``tanh`` is SIMD code. morphjit's float32 template instead evaluates
@@ -7,10 +7,10 @@ vectorising; NumPy's float32 ``tanh`` is SIMD code. morphjit's float32 template 
 
 This script fits P (degree 6 in x^2) and Q (degree 3, constant 1, coefficients >= 0 so Q has no
 root) by least squares on the relative error, then reweights toward the worst points (a Lawson
-iteration) to approach the minimax fit; it prints the coefficients for ``morphjit/ops.py`` and the
+iteration) to approach the minimax fit; it prints the coefficients for ``morphjit/ops/elementwise.py`` and the
 error of the resulting float32 function against float64 ``tanh``, measured in float32 ulps.
 
-    python -m perf.fit_tanh
+    python -m perf.tools.fit_tanh
 """
 import numpy as np
 from numpy.polynomial import polynomial

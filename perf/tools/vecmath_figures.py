@@ -1,14 +1,18 @@
-"""morphjit with vectorised transcendental functions against its scalar fallback (the loops before
+"""Derives the figures of perf/results/VECMATH.md (README: vector math), by switching internals.
+
+morphjit with vectorised transcendental functions against its scalar fallback (the loops before
 issue 20) and against the plans before issue 20's plan changes ("loops": pairwise distances as
 loop nests, softmax exponentials row by row), NumPy's hand-written step and any peers importable
 here, in one process.
 
-Run: python -m perf.vecmath_figures [--only curve,rbf] [--peers jax,torch.compile] [--seconds 3]
+Run: python -m perf.tools.vecmath_figures [--only curve,rbf] [--peers jax,torch.compile] [--seconds 3]
 
 The cases take turns call by call and each keeps its fastest call: on a shared machine the
 minimum is the call least disturbed by other work, and taking turns exposes every case to the
 same disturbances; the order rotates every round, since a call right after a peer's (whose
-threads keep the other core busy for a while) can run slower. Figures in perf/VECMATH.md.
+threads keep the other core busy for a while) can run slower. It is a tool, not a benchmark:
+the scalar fallback and the old plans are rendered by switching internals (``vecmath.ENABLED``,
+``distances.MIN_DEPTH``, ``selection.SHORT_ROW``) for one compilation.
 """
 from __future__ import annotations
 
@@ -54,7 +58,7 @@ def fastest_calls(cases: dict, seconds: float) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m perf.vecmath_figures", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m perf.tools.vecmath_figures", description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=DEFAULT)
     ap.add_argument("--peers", default="", help="implementations from perf.impls, e.g. jax,torch.compile")
     ap.add_argument("--seconds", type=float, default=3.0, help="per workload and dtype")
