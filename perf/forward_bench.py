@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import morphjit as mj  # noqa: E402
 from perf import timing  # noqa: E402
-from perf.bench import _hold_threads  # noqa: E402
+from perf.bench import hold_threads  # noqa: E402
 from perf.impls import JaxOps, TorchOps, named_loss  # noqa: E402
 from perf.workloads import WORKLOADS  # noqa: E402
 
@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", type=float, default=1.5, help="seconds of timing per workload and dtype")
     parser.add_argument("--markdown", help="write the table here too")
     args = parser.parse_args(argv)
-    _hold_threads(1, ["jax", "torch"])
+    hold_threads(1, ["jax", "torch"])
     rows = []
     for name in args.workloads:
         for dtype in args.dtypes:
