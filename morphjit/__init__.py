@@ -6,7 +6,7 @@ in this order:
     util < ir < native < cache < tracing < api < ops < transforms < backend < runtime < jit < integrations
 
 A folder imports only itself and the folders before it, and another folder only through its
-``__init__`` (its interface); ``tests/test_architecture.py`` reads the order from here. It is the
+``__init__`` (its interface); ``tests/system/test_architecture.py`` reads the order from here. It is the
 order of the pipeline but for one layer: the op table (``ops``) comes after the array functions
 users call (``api``), because its VJP and lowering rules are written with them, although the
 pipeline reads the table first (tracing looks ops up by name in the registry of ``ir``).

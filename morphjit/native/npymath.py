@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba.extending import register_jitable
 
-# Plain Python functions (tests/test_templates.py runs the templates on NumPy scalars), which
+# Plain Python functions (tests/ops/test_templates.py runs the templates on NumPy scalars), which
 # numba compiles where the generated step calls them.
 jit = register_jitable(error_model="numpy", fastmath=False, nogil=True)
 

@@ -15,7 +15,7 @@
 Each vector form checks its lanes first: if any is outside the range its polynomial serves (or is
 inf or NaN), the whole vector takes libmvec's function, whose results are then the answer. So the
 polynomials need no special cases and ordinary data never pays for the rare path. The IR carries
-no fast-math flags, so LLVM keeps it as written; tests/test_vecmath.py checks every form to the
+no fast-math flags, so LLVM keeps it as written; tests/native/test_vecmath.py checks every form to the
 ulp bar.
 """
 from __future__ import annotations
