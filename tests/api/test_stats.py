@@ -310,29 +310,31 @@ INVALID = {"t": (-1.0,), "gamma": (0.0,), "chi2": (-2.0,), "lognorm": (0.0,), "b
 def test_nan_arguments_and_invalid_parameters_give_nan_values_and_gradients(backend):
     """A NaN argument, a scale <= 0 or an invalid shape: NaN, and NaN in the gradient of every
     argument (the value is undefined around the point), not the 0 of a masked branch."""
-    cases = []
+    cases = {}   # (distribution, method) -> its argument tuples, evaluated as one vector each
     for name in sorted(mj.stats.CONTINUOUS):
         shapes = EDGE_SHAPES[name][0]
+        invalid = [(1.0, *INVALID[name], LOC, SCALE)] if name in INVALID else []
         for method in _methods(name):
-            invalid = [(1.0, *INVALID[name], LOC, SCALE)] if name in INVALID else []
-            cases += [(name, method, args) for args in [(np.nan, *shapes, LOC, SCALE), (1.0, *shapes, np.nan, SCALE),
-                                                         (1.0, *shapes, LOC, -1.0), *invalid]]
+            cases[name, method] = [(np.nan, *shapes, LOC, SCALE), (1.0, *shapes, np.nan, SCALE),
+                                   (1.0, *shapes, LOC, -1.0), *invalid]
     for name in sorted(mj.stats.DISCRETE):
         shapes = DISCRETE_EDGES[name][0][1]
-        cases += [(name, method, args) for method in ("logpmf", "pmf") for args in [(np.nan, *shapes), (1.0, *INVALID[name])]]
-    arguments = [[np.array(a) for a in args] for _, _, args in cases]
+        for method in ("logpmf", "pmf"):
+            cases[name, method] = [(np.nan, *shapes), (1.0, *INVALID[name])]
+    arguments = [[np.array(column) for column in zip(*rows)] for rows in cases.values()]
 
     def loss(arguments):
-        values = [getattr(getattr(ss, name), method)(*args) for (name, method, _), args in zip(cases, arguments)]
+        values = [getattr(getattr(ss, name), method)(*columns) for (name, method), columns in zip(cases, arguments)]
         return sum(np.sum(v) for v in values), values
 
     (_, values), grads = mj.compile_loss(loss, has_aux=True, backend=backend)(arguments)
-    not_nan = [f"{name}.{method}{args}: value {value!r}, gradient {[float(g) for g in grad]}"
-               for (name, method, args), value, grad in zip(cases, values, grads)
-               if not (np.isnan(value) and np.isnan(grad).all())]
+    not_nan = [f"{name}.{method}{rows[j]}: value {value[j]!r}, gradient {[float(g[j]) for g in grad]}"
+               for ((name, method), rows), value, grad in zip(cases.items(), values, grads)
+               for j in range(len(rows)) if not (np.isnan(value[j]) and all(np.isnan(g[j]) for g in grad))]
     assert not not_nan, "\n".join(not_nan)
-    for (name, method, args), value in zip(cases, values):
-        assert np.isnan(getattr(getattr(ss, name), method)(*args)), (name, method, args)   # as SciPy
+    for (name, method), rows in cases.items():
+        for args in rows:
+            assert np.isnan(getattr(getattr(ss, name), method)(*args)), (name, method, args)   # as SciPy
 
 
 def _ordered_model(dist):

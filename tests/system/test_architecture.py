@@ -372,3 +372,13 @@ def test_the_readme_maps_the_folders_in_the_layer_order():
     built = readme[readme.index("## How it is built"):]
     found = [m.group(1) for m in re.finditer(r"^- `(\w+)/`", built, re.MULTILINE)]
     assert found == LAYERS, f"the README's map (How it is built) lists {found}, the layer order is {LAYERS}"
+
+
+def test_the_tests_mirror_the_folders():
+    """One folder of tests per layer (and none for a folder that does not exist), ``system`` for
+    the package as a whole and ``support`` for what they share; no test module at the top."""
+    tests = PACKAGE.parent / "tests"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    assert folders - {"system", "support"} <= set(LAYERS), sorted(folders - {"system", "support"} - set(LAYERS))
+    assert not sorted(p.name for p in tests.glob("test_*.py"))
+    assert not sorted(p.name for p in (tests / "support").glob("test_*.py"))
