@@ -132,6 +132,7 @@ def test_script_runs_from_the_command_line(tmp_path):
     assert np.isfinite(float(lines[-1].split()[2].rstrip(",")))
 
 
+@pytest.mark.slow   # a Dask cluster's worker processes
 def test_dask_logistic_fits_on_a_cluster_as_in_one_process(load):
     pytest.importorskip("distributed", reason="mj.dask needs dask and distributed: pip install 'morphjit[dask]'")
     result = load("dask_logistic").main(rows=20_000, chunk=6_000, digits_steps=100, compare_dask_ml=False)

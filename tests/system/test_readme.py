@@ -20,6 +20,7 @@ def test_readme_has_examples():
     assert len(PYTHON_BLOCKS) >= 5 and SHELL_LINES
 
 
+@pytest.mark.slow   # a Dask cluster's worker processes
 def test_python_blocks_run_in_order(capsys):
     namespace = {}
     for index, block in enumerate(PYTHON_BLOCKS):
