@@ -1,69 +1,49 @@
-"""morphjit: compile a NumPy-style loss function into one fused forward+backward step."""
-from .array_api import (
-    abs, add, astype, broadcast_to, clip, concatenate, cos, divide, dot, equal, exp, expand_dims,
-    full, full_like, greater, greater_equal, less, less_equal, log, log1p, log_softmax,
-    logical_and, logical_not, logical_or, logsumexp, matmul, max, maximum, mean, min, minimum,
-    multiply, negative, not_equal, one_hot, ones_like, power, ravel, relu, reshape, sigmoid, sign,
-    sin, softmax, softmax_cross_entropy, sqrt, square, squeeze, stack, std, subtract, sum,
-    swapaxes, tanh, transpose, var, where, zeros_like,
-)
-from .numpy_index import at
-from .numpy_take import choose, take, take_along_axis
-from .numpy_ext import (
-    arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, cbrt, ceil, copysign, cosh,
-    deg2rad, divmod, exp2, expm1, fabs, float_power, floor, floor_divide, fmod, heaviside, hypot,
-    isfinite, isinf, isnan, log10, log2, logaddexp, logaddexp2, mod, nan_to_num, rad2deg,
-    reciprocal, remainder, rint, round, sinc, sinh, tan, trunc,
-)
-from .special import (
-    digamma, entr, erf, erfc, erfinv, expit, gammaln, log_expit, log_ndtr, logit, ndtr, softplus,
-    xlog1py, xlogy,
-)
-from .numpy_reduce import (
-    all, any, argmax, argmin, average, cumprod, cumsum, nanmean, nansum, norm, prod, ptp,
-)
-from .einsum import (
-    diag, diagonal, einsum, inner, kron, outer, tensordot, tril, triu, vdot,
-)
-from .numpy_shape import (
-    array_split, atleast_1d, atleast_2d, atleast_3d, broadcast_arrays, column_stack, diff, dstack,
-    flip, fliplr, flipud, hstack, meshgrid, moveaxis, ndim, pad, repeat, roll, shape, size, split,
-    tile, vstack,
-)
-from .custom import custom_vjp, stop_gradient
-from . import array_namespace
-from . import scipy_namespace
-from .conv import avg_pool2d, conv1d, conv2d, conv3d, conv_transpose2d, max_pool2d
-from .stride_tricks import as_strided, sliding_window_view
+"""morphjit: compile a NumPy-style loss function into one fused forward+backward step.
+
+This module is the public interface (``mj.*``). The package is built in layers, one folder each,
+in this order:
+
+    util < ir < native < cache < tracing < api < ops < transforms < backend < runtime < jit < integrations
+
+A folder imports only itself and the folders before it, and another folder only through its
+``__init__`` (its interface); ``tests/system/test_architecture.py`` reads the order from here. It is the
+order of the pipeline but for one layer: the op table (``ops``) comes after the array functions
+users call (``api``), because its VJP and lowering rules are written with them, although the
+pipeline reads the table first (tracing looks ops up by name in the registry of ``ir``).
+"""
+from . import ops  # noqa: F401 (the op table: its families declare their ops as they load)
+from .api import (abs, add, all, any, arccos, arccosh, arcsin, arcsinh, arctan, arctan2, arctanh, argmax, argmin,
+                  array_split, as_strided, astype, at, atleast_1d, atleast_2d, atleast_3d, average, avg_pool2d,
+                  broadcast_arrays, broadcast_to, cbrt, ceil, choose, clip, column_stack, concatenate, conv1d,
+                  conv2d, conv3d, conv_transpose2d, copysign, cos, cosh, cumprod, cumsum, custom_vjp, deg2rad,
+                  diag, diagonal, diff, digamma, divide, divmod, dot, dropout, dstack, einsum, entr, equal, erf,
+                  erfc, erfinv, exp, exp2, expand_dims, expit, expm1, fabs, flip, fliplr, flipud, float_power,
+                  floor, floor_divide, fmod, full, full_like, gammaln, greater, greater_equal, heaviside, hstack,
+                  hypot, inner, isfinite, isinf, isnan, kron, less, less_equal, linalg, log, log10, log1p, log2,
+                  log_expit, log_ndtr, log_softmax, logaddexp, logaddexp2, logical_and, logical_not, logical_or,
+                  logit, logsumexp, matmul, max, max_pool2d, maximum, mean, meshgrid, min, minimum, mod, moveaxis,
+                  multiply, namespace as array_namespace, nan_to_num, nanmean, nansum, ndim, ndtr, negative, norm,
+                  not_equal, one_hot, ones_like, outer, pad, power, prod, ptp, rad2deg, random, ravel, reciprocal,
+                  relu, remainder, repeat, reshape, rint, roll, round, shape, sigmoid, sign, sin, sinc, sinh, size,
+                  sliding_window_view, softmax, softmax_cross_entropy, softplus, split, sqrt, square, squeeze,
+                  stack, std, stop_gradient, subtract, sum, swapaxes, take, take_along_axis, tan, tanh, tensordot,
+                  tile, transpose, tril, triu, trunc, var, vdot, vstack, where, xlog1py, xlogy, zeros_like)
 from .cache import cache_info, clear_cache, prune_cache
-from .compiler import (CompiledFunction, CompiledGrad, CompiledLoss, compile, compile_loss, grad, grad_program,
-                       value_and_grad)
-from .errors import (ArgumentError, ArgumentOverflowError, DtypeError, IndexingError, MorphjitError, ShapeError,
-                     TracingError, UnsupportedError)
-from .interp import run
-from .pytree import ravel_pytree
-from .second import hessian, hvp
-from .scipy_adapter import scipy_objective
+from .integrations import scipy_objective
 from .ir import Program, parse
-from .trace import trace
-from .train import TrainStep, train_step
-from . import optim
-from . import rng as random
-from .rng import dropout
-from .frozen import FrozenValueError
-
-from . import linalg
-from .substitutes import ANY_TRACE
-
-ANY_TRACE.provided_by("scipy.stats", f"{__name__}.stats")   # SciPy's distributions on traced arrays
-
-__version__ = "0.1.0"
+from .jit import (CompiledFunction, CompiledGrad, CompiledLoss, TrainStep, compile, compile_loss, grad,
+                  grad_program, hessian, hvp, optim, train_step, value_and_grad)
+from .runtime import run
+from .tracing import FrozenValueError, trace
+from .util import (VERSION as __version__, ArgumentError, ArgumentOverflowError, DtypeError, IndexingError,
+                   MorphjitError, ShapeError, TracingError, UnsupportedError, ravel_pytree)
+_LAZY = {"dask": ".integrations.dask", "stats": ".api.scipy.stats", "signal": ".api.scipy.signal"}
 
 
 def __getattr__(name):
     """``mj.dask``, ``mj.stats`` and ``mj.signal`` are imported on first use, so that ``import morphjit``
     imports neither Dask nor scipy.stats and scipy.signal (a third of its import time)."""
-    if name in ("dask", "stats", "signal"):
+    if name in _LAZY:
         import importlib
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(_LAZY[name], __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from morphjit import cache
+from .cache import cache_dir, cache_info, cache_max_size, clear_cache, parse_size, prune_cache
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -13,7 +13,7 @@ def main(argv: list[str] | None = None) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     cache_parser = commands.add_parser("cache",
                                        help="inspect, prune or clear the on-disk compile cache",
-                                       description=f"Cache directory: {cache.cache_dir()}")
+                                       description=f"Cache directory: {cache_dir()}")
     actions = cache_parser.add_subparsers(dest="action", required=True)
     actions.add_parser("info", help="list the cached programs and their size").set_defaults(
         run=print_info)
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def print_info() -> None:
-    info = cache.cache_info()
+    info = cache_info()
     print(f"morphjit cache: {info.directory}")
     print(f"{_entries(info.entries)}, {_human_bytes(info.total_bytes)}")
     for entry in info.per_entry:
@@ -39,24 +39,24 @@ def print_info() -> None:
 
 
 def prune(max_size: int | None) -> None:
-    max_bytes = cache.cache_max_size() if max_size is None else max_size
-    evicted = cache.prune_cache(max_bytes)
-    info = cache.cache_info()
+    max_bytes = cache_max_size() if max_size is None else max_size
+    evicted = prune_cache(max_bytes)
+    info = cache_info()
     print(f"removed {_entries(len(evicted))} ({_human_bytes(sum(e.bytes for e in evicted))}) "
           f"from {info.directory}; {_entries(info.entries)}, {_human_bytes(info.total_bytes)} left "
           f"(bound {_human_bytes(max_bytes)})")
 
 
 def clear() -> None:
-    before = cache.cache_info()
-    removed = cache.clear_cache()
+    before = cache_info()
+    removed = clear_cache()
     print(f"removed {_entries(removed)} ({_human_bytes(before.total_bytes)}) "
           f"from {before.directory}")
 
 
 def _size(text: str) -> int:
     try:
-        return cache.parse_size(text)
+        return parse_size(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

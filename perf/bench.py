@@ -1,7 +1,7 @@
 """The benchmark suite: morphjit against its peers, references and the GEMM floor.
 
 Run: python -m perf.bench [--only tiny,small] [--impls morphjit,numpy,jax] [--dtype float32]
-                          [--quick] [--threads 1] [--json perf/results.json] [--markdown perf/RESULTS.md]
+                          [--quick] [--threads 1] [--json perf/results/results.json] [--markdown perf/results/RESULTS.md]
 
 The runner spawns ONE fresh process per (workload, dtype); inside it every implementation is
 built from the workload's declaration (perf.workloads), checked against morphjit (loss and
@@ -30,8 +30,8 @@ import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_JSON = os.path.join(ROOT, "perf", "results.json")
-DEFAULT_MARKDOWN = os.path.join(ROOT, "perf", "RESULTS.md")
+DEFAULT_JSON = os.path.join(ROOT, "perf", "results", "results.json")
+DEFAULT_MARKDOWN = os.path.join(ROOT, "perf", "results", "RESULTS.md")
 UNSET_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 PEER_MODULES = {"jax": "jax", "torch": "torch", "torch.compile": "torch", "pytensor": "pytensor"}
 VERSION_MODULES = ("numpy", "scipy", "numba", "llvmlite", "morphjit", "jax", "jaxlib", "torch", "pytensor",

@@ -5,7 +5,7 @@ side by side in one run, at batch 64 and 256.
 A step is the loss, the gradients of all parameters and a plain SGD update, one thread
 everywhere (BLAS, XLA, PyTorch intra-op). Every implementation's loss is checked against
 morphjit's on the same parameters before it is timed; times are medians of interleaved samples
-(``perf.timing``). Run: ``python -m perf.cnn_bench [--budget S] [--out perf/cnn_results.json]``
+(``perf.timing``). Run: ``python -m perf.cnn_bench [--budget S] [--out perf/results/cnn_results.json]``
 with the peers installed (they are skipped when not importable).
 """
 from __future__ import annotations

@@ -28,6 +28,7 @@ Run: python -m perf.dask_bench [--rows 10000000] [--features 16] [--workers 2] [
 from __future__ import annotations
 
 import argparse
+import inspect
 import multiprocessing
 import os
 import statistics
@@ -36,7 +37,9 @@ import time
 import numpy as np
 
 import morphjit as mj
-from morphjit.dask import ROWS_PER_CALL
+
+# The rows of a worker's call of the compiled step (the default of mj.dask.dataset_loss's rows_per_call)
+ROWS_PER_CALL = inspect.signature(mj.dask.dataset_loss).parameters["rows_per_call"].default
 
 
 def logistic_nll(beta, x, y):
@@ -148,12 +151,29 @@ def break_even(client, sizes, features, repeat, workers):
     return table
 
 
+def identity(x):
+    """A task that does nothing."""
+    return x
+
+
+def added(*parts):
+    """The sum of ``(loss, [gradient])`` parts, as a task."""
+    return sum(value for value, _ in parts), [sum(grads) for grads in zip(*(g for _, g in parts))]
+
+
+def tree_sum(client, futures: list, split_every: int):
+    """One future of the sum of ``futures``, added ``split_every`` at a time on the workers."""
+    while len(futures) > 1:
+        futures = [client.submit(added, *futures[i:i + split_every], pure=False)
+                   for i in range(0, len(futures), split_every)]
+    return futures[0]
+
+
 def round_trips(client, features, repeat, chunks=10, chunk=1000):
     """Per call on ``chunks`` tiny chunks (compute negligible), wall and client CPU seconds: Dask
     round trips alone (one task; the graph of per-chunk tasks plus a tree reduction that mj.dask
     sent before its actors), then mj.dask's call (one actor request per worker) and its fallback
     (one task per worker and one adding task)."""
-    from morphjit.dask import identity, tree_sum
     beta = np.full(features, 0.1)
     loss = mj.dask.dataset_loss(logistic_nll, *cluster_data(chunks * chunk, features, chunk), reduction="sum")
     cases = {

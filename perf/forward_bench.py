@@ -4,7 +4,7 @@ forward and PyTorch under ``torch.no_grad()``, beside the full steps (``compile_
 that the forward ratios can be read against the training-step ratios.
 
     PYTHONPATH=$PWD /work/wt/benchvenv/bin/python perf/forward_bench.py [--workloads tiny small]
-        [--dtypes float32] [--budget 1.5] [--markdown perf/FORWARD_RESULTS.md]
+        [--dtypes float32] [--budget 1.5] [--markdown perf/results/FORWARD_RESULTS.md]
 
 Every forward value is checked against NumPy's before timing. BLAS and peer threads are held to
 one, as perf/bench.py holds them (the variables are set before NumPy loads).
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import morphjit as mj  # noqa: E402
 from perf import timing  # noqa: E402
-from perf.bench import _hold_threads  # noqa: E402
+from perf.bench import hold_threads  # noqa: E402
 from perf.impls import JaxOps, TorchOps, named_loss  # noqa: E402
 from perf.workloads import WORKLOADS  # noqa: E402
 
@@ -121,7 +121,7 @@ def main(argv=None) -> None:
     parser.add_argument("--budget", type=float, default=1.5, help="seconds of timing per workload and dtype")
     parser.add_argument("--markdown", help="write the table here too")
     args = parser.parse_args(argv)
-    _hold_threads(1, ["jax", "torch"])
+    hold_threads(1, ["jax", "torch"])
     rows = []
     for name in args.workloads:
         for dtype in args.dtypes:

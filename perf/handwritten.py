@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-# Fast-math without nnan/ninf: NaN and inf still propagate to the loss (see facts_handwritten.py).
+# Fast-math without nnan/ninf: NaN and inf still propagate to the loss (see tools/facts_handwritten.py).
 FASTMATH = frozenset({"nsz", "arcp", "contract", "afn", "reassoc"})
 ACTIVATIONS = ("relu", "tanh")
 MODELS = {

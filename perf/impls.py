@@ -81,16 +81,21 @@ def build_morphjit(wl, params, data, static_shapes=False):
     return Built(call, lambda r: _as_numpy(r[0], r[1], params), first, note)
 
 
+def as_entry_argument(x, dtype) -> np.ndarray:
+    """A leaf as the machine code takes it: C-contiguous, of the traced dtype, at least 1-D (no
+    workload passes a random generator, which the machine code would take as a seed)."""
+    return np.atleast_1d(np.ascontiguousarray(x, dtype))
+
+
 def build_morphjit_entry(wl, params, data):
     """The compiled machine code called directly with prepared inputs and preallocated outputs."""
     import morphjit as mj
-    from morphjit.runtime import prepare
     compiled = mj.compile_loss(named_loss(wl, mj))
     args = (params, *data)
     compiled(*args)
     step, leaves = compiled.step_for(*args)
     native = step.run
-    inputs = [prepare(x, dt) for x, dt in zip(leaves, native.input_dtypes)]
+    inputs = [as_entry_argument(x, dt) for x, dt in zip(leaves, native.input_dtypes)]
     outputs = [np.empty(shape, dtype) for shape, dtype in native.output_buffers]
     batch = None if native.batched is None else inputs[native.batched].shape[0]
     workspace = native.workspace()

@@ -3,7 +3,7 @@ call) against the compiled loss plus a NumPy update, hand-written NumPy, JAX and
 
 Run: python -m perf.train_bench [--only tiny,small,medium] [--impls morphjit.fused,morphjit+numpy,numpy,...]
                                 [--dtype float32,float64] [--optim adam,sgd] [--quick] [--threads 1]
-                                [--json perf/train_results.json] [--markdown perf/TRAIN_RESULTS.md]
+                                [--json perf/results/train_results.json] [--markdown perf/results/TRAIN_RESULTS.md]
 
 One fresh process per (workload, dtype), as in perf.bench (whose thread holding, environment and
 version/machine reporting this reuses). Inside it, for each optimiser (Adam lr 1e-3 with PyTorch's
@@ -46,8 +46,8 @@ from perf import bench, report
 from perf.impls import JaxOps, Missing, TorchOps, import_torch, named_loss, timed_first
 
 ROOT = bench.ROOT
-DEFAULT_JSON = os.path.join(ROOT, "perf", "train_results.json")
-DEFAULT_MARKDOWN = os.path.join(ROOT, "perf", "TRAIN_RESULTS.md")
+DEFAULT_JSON = os.path.join(ROOT, "perf", "results", "train_results.json")
+DEFAULT_MARKDOWN = os.path.join(ROOT, "perf", "results", "TRAIN_RESULTS.md")
 DEFAULT_WORKLOADS = ("tiny", "small", "medium")
 MLP_WORKLOADS = ("tiny", "small", "medium", "large")
 SUBJECT = "morphjit.fused"

@@ -1,0 +1,98 @@
+"""SciPy's special functions that are NumPy ufuncs and appear in loss code (``scipy.special.X``):
+those that are ops (``morphjit.ops.special``) and the rest, formulas of existing ops. `UFUNCS` is
+this family's entries of the NumPy dispatch.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import scipy.special as sp
+
+from ...ir import Lit
+from .. import core as A, ufuncs as X
+
+SQRT_HALF = math.sqrt(0.5)
+
+
+erf, erfc, gammaln = (X.floating_function(n) for n in ("erf", "erfc", "gammaln"))
+erfinv, digamma, entr = (X.floating_function(n) for n in ("erfinv", "digamma", "entr"))
+expit = A.sigmoid
+
+
+def _arrays_out(fn):
+    """On concrete operands, operators on 0-d arrays give NumPy scalars: give arrays, as NumPy's ufuncs do."""
+    def wrapped(*args):
+        return A.as_array(fn(*args))
+    wrapped.__name__, wrapped.__doc__ = fn.__name__, fn.__doc__
+    return wrapped
+
+
+LOGIT_MIDDLE = (0.3, 0.65)   # SciPy's: log1p(s) - log1p(-s), s = 2x - 1, inside (precise near 1/2)
+
+
+@_arrays_out
+def logit(x):
+    """SciPy's formulas, the outer one as ``log x - log1p(-x)`` (not ``log(x / (1 - x))``, whose
+    gradient is 0 * inf at 0 and 1)."""
+    x = X.float_array(x)
+    middle = (x >= LOGIT_MIDDLE[0]) & (x <= LOGIT_MIDDLE[1])
+    s = 2.0 * (A.where(middle, x, 0.5) - 0.5)
+    return A.where(middle, A.log1p(s) - A.log1p(-s), A.log(x) - A.log1p(-x))
+
+
+@_arrays_out
+def log_expit(x):
+    """``log(expit(x))`` without overflow: ``min(x, 0) - log1p(exp(-|x|))``."""
+    x = X.float_array(x)
+    return A.minimum(x, 0.0) - A.log1p(A.exp(-A.abs(x)))
+
+
+@_arrays_out
+def softplus(x):
+    """``log(1 + exp(x))`` without overflow."""
+    x = X.float_array(x)
+    return A.maximum(x, 0.0) + A.log1p(A.exp(-A.abs(x)))
+
+
+@_arrays_out
+def ndtr(x):
+    """The standard normal CDF."""
+    return 0.5 * erfc(-X.float_array(x) * SQRT_HALF)
+
+
+LOG_NDTR_TAIL = -20.0   # below, log(ndtr) underflows soon: the asymptotic series takes over
+LOG_NDTR_FLAT = -1e18   # below, 1/x^2 is 0 to the series: clipped there, its gradient is not 0 * inf
+
+
+@_arrays_out
+def log_ndtr(x):
+    x = X.float_array(x)
+    # Each branch sees only its own inputs, so the other's infinities never meet a zero cotangent.
+    right, middle = A.where(x > 0.0, x, 0.0), A.where((x > LOG_NDTR_TAIL) & (x <= 0.0), x, 0.0)
+    body = A.where(x > 0.0, A.log1p(-ndtr(-right)), A.log(ndtr(middle)))
+    far = A.where(x > LOG_NDTR_TAIL, LOG_NDTR_TAIL, x)
+    r2 = 1.0 / A.square(A.maximum(far, LOG_NDTR_FLAT))
+    series = 1.0 + r2 * (-1.0 + r2 * (3.0 + r2 * (-15.0 + r2 * 105.0)))
+    tail = -0.5 * far * far - A.log(-far) - 0.5 * math.log(2 * math.pi) + A.log(series)
+    return A.where(x > LOG_NDTR_TAIL, body, tail)
+
+
+def _floating_binary(name):
+    """The array function of a binary composite: Python scalars become constants of the promoted dtype."""
+    @_arrays_out
+    def fn(x, y):
+        _, operands = A.promote([A.as_value(x), A.as_value(y)], floating=True)
+        return A.bind(name, [np.asarray(v.value, v.dtype) if isinstance(v, Lit) else v for v in operands])
+    fn.__name__ = name
+    return fn
+
+
+xlogy, xlog1py = _floating_binary("xlogy"), _floating_binary("xlog1py")
+
+
+UFUNCS = {
+    sp.expit: expit, sp.logit: logit, sp.log_expit: log_expit, sp.erf: erf, sp.erfc: erfc,
+    sp.erfinv: erfinv, sp.ndtr: ndtr, sp.log_ndtr: log_ndtr, sp.gammaln: gammaln, sp.digamma: digamma,
+    sp.psi: digamma, sp.xlogy: xlogy, sp.xlog1py: xlog1py, sp.entr: entr,
+}

@@ -1,0 +1,253 @@
+"""Second derivatives: Hessian-vector products (`hvp`) and small dense Hessians (`hessian`).
+
+Reverse over reverse. The gradient of ``fn`` is traced into the caller's program by the same
+reverse sweep that ``compile_loss`` runs (`vjp.backward`): the VJP rules emit traced ops, so the
+gradient is an ordinary traced value. An HVP step is then the compiled loss of
+``sum(grad(params) * v)`` differentiated with respect to ``params`` (giving ``H v``, as ``H`` is
+symmetric) and ``v`` (giving the gradient, for free). Being a compiled loss, it is
+batch-polymorphic, disk-cached, shown by ``explain`` and runs on both backends.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+
+from .. import api as A
+from ..ir import is_float
+from ..native import replaying_generators
+from ..tracing import Tracer, argument_names
+from ..transforms import backward
+from ..util import DtypeError, ShapeError, TracingError, pytree, user_location
+from .compiled import CompiledLoss, compile_loss
+from .static_args import StaticArguments
+
+MAX_HESSIAN_PARAMETERS = 2000   # a dense Hessian of more costs too many HVPs (and 32 MB and up)
+
+
+def traced_grad(fn, params, *data, **static):
+    """The gradient of ``fn(params, *data, **static)`` with respect to ``params`` (traced values),
+    traced into the trace ``params`` belong to."""
+    leaves, treedef = pytree.flatten(params)
+    t = A.trace_of(leaves)
+    if t is None:
+        return params     # nothing to differentiate
+    start = len(t.bindings)
+    loss = scalar_loss(fn, fn(params, *data, **static))
+    grads = backward(t, t.bindings[start:], t.operand(loss, lift_literals=True), [x.operand for x in leaves])
+    return pytree.unflatten(treedef, grads)
+
+
+def scalar_loss(fn, out):
+    """``out`` checked to be what a loss returns: one float scalar."""
+    name = getattr(fn, "__name__", "the function")
+    if not isinstance(out, (Tracer, np.ndarray, np.generic, float)):
+        raise TracingError(f"{name} must return one scalar loss, but returned a {type(out).__name__}",
+                           user_location())
+    out = out if isinstance(out, Tracer) else np.asarray(out)
+    if out.shape != ():
+        raise ShapeError(f"{name} must return a scalar loss, but returned shape {out.shape}; reduce "
+                         f"it, for example with .mean() or .sum()", user_location())
+    if not is_float(out.dtype):
+        raise DtypeError(f"{name} must return a float loss, but returned {out.dtype}", user_location())
+    return out
+
+
+def check_tangent(params, v, names: tuple[str, str]) -> None:
+    """``v`` must be shaped like ``params``: the same tree, shapes and dtypes."""
+    p_leaves, p_tree = pytree.flatten(params)
+    v_leaves, v_tree = pytree.flatten(v)
+    if v_tree != p_tree:
+        raise TracingError(f"{names[1]} must have the structure of {names[0]}, {p_tree}; got {v_tree}",
+                           user_location())
+    for path, p, t in zip(pytree.leaf_paths(v_tree, names[1]), p_leaves, v_leaves):
+        if (p.shape, p.dtype) != (t.shape, t.dtype):
+            error = ShapeError if p.shape != t.shape else DtypeError
+            raise error(f"{path} is {t.type}, but the parameter it is a direction for is {p.type}",
+                        user_location())
+
+
+def tangent_name(names: list[str]) -> str:
+    return next(n for n in ("v", "tangent", "direction") if n not in names)
+
+
+def directional_gradient(fn):
+    """``(params, v, *data) -> sum(grad(params) * v)``: its gradients are ``H v`` and ``grad``.
+    It reads like ``fn`` with ``v`` after ``params`` (argument paths in errors, the module name)."""
+    names = argument_names(fn, len(signature_parameters(fn)) or 1)
+    v_name = tangent_name(names)
+
+    def directional(params, v, *data, **static):
+        check_tangent(params, v, (names[0], v_name))
+        grads, directions = pytree.flatten(traced_grad(fn, params, *data, **static))[0], pytree.flatten(v)[0]
+        return sum((A.sum(g * t) for g, t in zip(grads, directions)), 0.0)
+
+    directional.__name__ = directional.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
+    parameters = signature_parameters(fn)
+    if parameters:
+        tangent = inspect.Parameter(v_name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        directional.__signature__ = inspect.Signature(parameters[:1] + [tangent] + parameters[1:])
+    return directional
+
+
+def signature_parameters(fn) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return []
+
+
+def settings_of(fn, backend, cache, static_shapes) -> tuple:
+    """The function to differentiate, the positions of its static arguments and its settings: those
+    given here (not None), else those of a `CompiledLoss` ``fn`` (whose aux output, with
+    ``has_aux``, is dropped), else ``compile_loss``'s defaults."""
+    static = ()
+    if isinstance(fn, CompiledLoss):
+        if fn.argnums != 0:
+            raise TracingError(f"mj.hvp and mj.hessian differentiate with respect to the first argument; "
+                               f"{fn.__name__} was compiled with argnums={fn.argnums!r}")
+        static, inherited = fn.static_argnums, (fn.backend, fn.cache, fn.static_shapes)
+        fn = loss_part(fn.fn) if fn.has_aux else fn.fn
+    else:
+        inherited = ("numba", True, False)
+    given = (backend, cache, static_shapes)
+    return (fn, static) + tuple(inherited[k] if given[k] is None else given[k] for k in range(3))
+
+
+def loss_part(fn):
+    """``fn`` returning ``(loss, aux)``, as a function returning the loss."""
+    @functools.wraps(fn)
+    def loss(*args, **kwargs):
+        return fn(*args, **kwargs)[0]
+    return loss
+
+
+def static_positions(fn, inherited, static_argnums, static_argnames) -> tuple[int, ...]:
+    """The positions of ``fn``'s static arguments (given here, or those of the compiled loss),
+    which cannot include the parameters."""
+    given = StaticArguments.of(fn, static_argnums, static_argnames)
+    positions = tuple(sorted(set(inherited) | set(given.positions if given else ())))
+    if 0 in positions:
+        raise TypeError(f"the parameters (argument 0) of {fn.__name__} are differentiated, so they cannot "
+                        f"be static; remove 0 from static_argnums/static_argnames")
+    return positions
+
+
+class HVP:
+    """``hvp(params, v, *data) -> H v``: the Hessian of ``fn`` with respect to ``params`` times a
+    direction ``v`` shaped like ``params``, in one compiled step (see `hvp`)."""
+
+    def __init__(self, fn, backend=None, cache=None, static_shapes=None, static_argnums=(), static_argnames=()):
+        fn, inherited, backend, cache, static_shapes = settings_of(fn, backend, cache, static_shapes)
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        static = static_positions(fn, inherited, static_argnums, static_argnames)
+        # The step's arguments are (params, v, *data): each static position moves one to the right.
+        self.step = compile_loss(directional_gradient(fn), argnums=(0, 1), backend=backend, cache=cache,
+                                 static_shapes=static_shapes, static_argnums=tuple(i + 1 for i in static))
+
+    def __call__(self, params, v, *data, out=None, **static):
+        """``H v`` in the structure of ``params``; with ``out=`` (a tree like it) ``H v`` is written
+        there and ``out`` returned. Static arguments may be passed by name."""
+        __tracebackhide__ = True  # noqa: F841
+        if out is None:
+            return self.step(params, v, *data, **static)[1][0]
+        self.step(params, v, *data, out=(out, tree_like(params)), **static)
+        return out
+
+    def grad_and_hvp(self, params, v, *data, **static):
+        """``(grad, H v)`` at ``params``: the gradient comes with the product at no extra cost."""
+        __tracebackhide__ = True  # noqa: F841
+        hv, grad = self.step(params, v, *data, **static)[1]
+        return grad, hv
+
+    @property
+    def backend(self) -> str:
+        return self.step.backend
+
+    def explain(self, params, v, *data):
+        """The report on the compiled step (``CompiledLoss.explain``): its program computes
+        ``sum(grad * v)`` and differentiates it again."""
+        return self.step.explain(params, v, *data)
+
+    def cache_info(self):
+        return self.step.cache_info()
+
+    def program(self, params, v, *data):
+        return self.step.program(params, v, *data)
+
+    def __repr__(self) -> str:
+        from .explain import summary
+        return f"<compiled Hessian-vector product of {self.__name__!r}: {summary(self.step)}>"
+
+
+def tree_like(tree, make=np.empty_like):
+    """A tree of new arrays shaped like the leaves of ``tree``."""
+    leaves, treedef = pytree.flatten(tree)
+    return pytree.unflatten(treedef, [make(x) for x in leaves])
+
+
+def hvp(fn=None, *, backend=None, cache=None, static_shapes=None, static_argnums=(),
+        static_argnames=()) -> HVP:
+    """Compile the Hessian-vector product of ``fn(params, *data) -> scalar loss``:
+    ``mj.hvp(fn)(params, v, *data)`` is ``H v``, ``H`` the Hessian of the loss with respect to
+    ``params`` and ``v`` a tree shaped like ``params``, computed in one step (reverse over reverse;
+    about 2-2.6 times a gradient step's time on the MLPs of ``perf/results/HVP_RESULTS.md``).
+    ``fn`` may be a `CompiledLoss`, whose settings (static arguments included; with ``has_aux``,
+    the aux output is dropped) are used unless given here. Static arguments are numbered as in
+    ``fn``. The step is batch-polymorphic and disk-cached like ``compile_loss``'s."""
+    if fn is None:
+        return lambda f: HVP(f, backend, cache, static_shapes, static_argnums, static_argnames)
+    return HVP(fn, backend, cache, static_shapes, static_argnums, static_argnames)
+
+
+class Hessian:
+    """``hessian(params, *data)``: the dense Hessian of ``fn`` over the flat parameter vector
+    (``mj.ravel_pytree(params)[0]``), one HVP per basis vector through the one compiled step. A
+    random generator among the data gives one seed for the whole Hessian."""
+
+    def __init__(self, hvp: HVP, max_parameters=MAX_HESSIAN_PARAMETERS):
+        self.hvp, self.max_parameters = hvp, max_parameters
+        functools.update_wrapper(self, hvp.fn)
+
+    def __call__(self, params, *data, **static) -> np.ndarray:
+        __tracebackhide__ = True  # noqa: F841
+        flat, unravel = pytree.ravel_pytree(params, "params")
+        n = flat.size
+        if n > self.max_parameters:
+            raise ValueError(f"mj.hessian: params has {n} parameters, above max_parameters="
+                             f"{self.max_parameters}: the dense Hessian would take {n} Hessian-vector "
+                             f"products and {n * n * flat.itemsize / 1e6:.0f} MB. Use mj.hvp (e.g. as "
+                             f"SciPy's hessp), or pass max_parameters= if you mean it")
+        hessian = np.empty((n, n), flat.dtype)
+        basis = np.zeros(n, flat.dtype)
+        grad = unravel(np.empty(n, flat.dtype))
+        same_noise = replaying_generators(data)
+        for i in range(n):
+            basis[i] = 1
+            # One seed for every row, so that every row sees the same noise: the rows but the
+            # last draw it from copies of the generators, the last from them (advancing them once).
+            row_data = data if i == n - 1 else same_noise()
+            self.hvp.step(params, unravel(basis), *row_data, out=(unravel(hessian[i]), grad), **static)
+            basis[i] = 0
+        return hessian
+
+    def explain(self, params, *data):
+        """The report on the HVP step that computes each row."""
+        return self.hvp.explain(params, tree_like(params, np.zeros_like), *data)
+
+
+def hessian(fn=None, *, backend=None, cache=None, static_shapes=None, static_argnums=(), static_argnames=(),
+            max_parameters=MAX_HESSIAN_PARAMETERS) -> Hessian:
+    """Compile the dense Hessian of ``fn(params, *data) -> scalar loss`` for small parameter
+    counts: ``mj.hessian(fn)(params, *data)`` is an ``(n, n)`` array over the flat parameter
+    vector ``mj.ravel_pytree(params)[0]`` (row ``i`` is ``H e_i``, from the compiled HVP step). It
+    refuses more than ``max_parameters`` parameters (default 2000). A loss that draws from a
+    generator argument draws the same noise for every row (one seed per Hessian, taken from the
+    generator as one call takes it), so the Hessian is that of the loss with the noise fixed."""
+    if fn is None:
+        return lambda f: hessian(f, backend=backend, cache=cache, static_shapes=static_shapes,
+                                 static_argnums=static_argnums, static_argnames=static_argnames,
+                                 max_parameters=max_parameters)
+    return Hessian(HVP(fn, backend, cache, static_shapes, static_argnums, static_argnames), max_parameters)

@@ -1,0 +1,11 @@
+"""Tracing: the user's function run on tracers records the forward SSA program (``tracer``); it is
+traced twice and a value frozen at trace time refused (``twice``); library functions that never
+reach a tracer's dispatch are replaced while traces run (``substitutes``). The tracer's operators
+and methods are the array layer's, installed from above (``morphjit.api.methods``).
+"""
+from . import tracer as tracer
+from .substitutes import ANY_TRACE as ANY_TRACE, SYMBOLIC_EXTENT as SYMBOLIC_EXTENT
+from .tracer import (LEAF_TRACERS as LEAF_TRACERS, SUPPORTED_DTYPES as SUPPORTED_DTYPES, NotAnArray as NotAnArray,
+                     Trace as Trace, Tracer as Tracer, argument_names as argument_names,
+                     concrete_value_error as concrete_value_error, trace as trace)
+from .twice import FrozenValueError as FrozenValueError, trace_twice as trace_twice

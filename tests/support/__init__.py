@@ -1,0 +1,1 @@
+"""What the tests share: models, program strategies, gradient checks, paths and NumPy comparisons."""
