@@ -36,7 +36,7 @@ demo: $(VENV)/.installed-examples
 	$(PY) examples/mlp_digits.py
 
 test: $(VENV)/.installed-test
-	$(PY) -m pytest -q --durations=30 -n auto --dist loadgroup
+	$(PY) -m pytest -q --durations=30 -n auto --dist loadscope
 
 # BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only tiny,small"`; see python -m perf.bench --help
 bench: $(VENV)/.installed-bench $(PYTENSOR_VENV)/.installed

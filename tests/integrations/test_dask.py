@@ -38,9 +38,6 @@ def squared_sum(params, x, y):
     return mj.sum((x @ params["w"] + params["b"] - y) ** 2)
 
 
-pytestmark = pytest.mark.xdist_group("dask-cluster")   # one worker runs the module, with its one cluster
-
-
 @pytest.fixture(scope="module")
 def client():
     # A LocalCluster closes for good a worker whose nanny has not brought it back within

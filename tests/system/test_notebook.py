@@ -17,8 +17,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 jupyter_client = pytest.importorskip("jupyter_client")
-# Every test talks to a Jupyter kernel in a process of its own, the module's: one worker runs them.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("jupyter-kernel")]
+pytestmark = pytest.mark.slow   # every test talks to a Jupyter kernel in a process of its own
 
 QUICKSTART = ROOT / "examples" / "quickstart.ipynb"
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
