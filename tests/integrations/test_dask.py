@@ -320,7 +320,8 @@ def test_a_restarted_worker_loads_the_step_from_its_disk_cache(two_workers):
     params, x, y = problem(seed=2)
     loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
     loss(params)
-    restarted = sorted(client.scheduler_info()["workers"])[0]
+    holding = client.who_has(loss.group_chunks(loss.groups[0]))   # a worker with an actor of the loss
+    restarted = sorted(address for addresses in holding.values() for address in addresses)[0]
     client.restart_workers([restarted])
     client.wait_for_workers(2, timeout=60)
     for _ in range(2):                                        # by tasks, then by new actors
