@@ -6,6 +6,7 @@ check that each module imports on its own. The layer order is the one the packag
 docstring of ``morphjit/__init__.py``.
 """
 import ast
+import multiprocessing
 import re
 import subprocess
 import sys
@@ -382,3 +383,11 @@ def test_the_tests_mirror_the_folders():
     assert folders - {"system", "support"} <= set(LAYERS), sorted(folders - {"system", "support"} - set(LAYERS))
     assert not sorted(p.name for p in tests.glob("test_*.py"))
     assert not sorted(p.name for p in (tests / "support").glob("test_*.py"))
+
+
+def test_a_test_not_marked_slow_cannot_start_a_process():
+    """``tests/conftest.py`` stops an unmarked test that starts an interpreter or a process."""
+    with pytest.raises(AssertionError, match="starts a process: mark it @pytest.mark.slow"):
+        subprocess.run([sys.executable, "-c", "pass"])
+    with pytest.raises(AssertionError, match="starts a process: mark it @pytest.mark.slow"):
+        multiprocessing.get_context("spawn").Process(target=print).start()
