@@ -42,7 +42,8 @@ class Sym:
     non-negative integer coefficients (``B``, ``784*B``, ``B**2``, ``B+1``).
 
     Arithmetic that stays such a polynomial works; anything that would need the value of ``B``
-    (ordering, truth, ``int()``) raises ``Specialize``.
+    (ordering, truth, ``int()``, the traced function comparing two different extents) raises
+    ``Specialize``.
     """
 
     __slots__ = ("terms",)
