@@ -2,7 +2,8 @@
 ``dask.distributed`` cluster (``pip install 'morphjit[dask]'``).
 
 Dask does the scheduling, the transport and the fault handling; morphjit only ships the user's
-function and runs its compiled step on the workers (what runs there is in ``dask_worker.py``).
+function and runs its compiled step on the workers (what runs there is in ``dask_worker.py``,
+where the chunks and actors go in ``dask_placement.py``).
 
 * ``dataset_loss(loss, *data, reduction="mean")``: the loss and gradients over the whole data
   set. The chunks along the batch axis are grouped by the worker that holds them; a Dask actor
@@ -36,6 +37,7 @@ from ..jit import Optimizer
 from ..util import pytree
 from .dask_checks import (check_client, check_count, check_data, check_optional_count, check_params,
                           check_reduction, is_count, param_copies)
+from .dask_placement import actor_workers, aligned, nonempty, placed_blocks, resident_groups
 from .dask_worker import (ROWS_PER_CALL, ResidentChunks, Shipped, VersionMismatch, add_parts, apply_update,
                           averaged_replica, group_part, identity, local_part, loss_of, mismatch, replica_part,
                           sum_parts, versions, worker_cache_info)
@@ -96,48 +98,6 @@ def tree_sum(client, futures: list, split_every: int):
     return futures[0]
 
 
-# ---------------------------------------------------------------------------------------------
-# Data held as Dask arrays
-
-
-def nonempty(row_chunks: tuple) -> tuple:
-    """The chunk sizes along the rows without the empty ones, which hold nothing to add (a
-    filtered dataframe's chunks, a concatenation with an empty piece)."""
-    return tuple(n for n in row_chunks if n > 0)
-
-
-def aligned(data, row_chunks) -> list:
-    """The arrays chunked along the batch axis by ``row_chunks`` and whole along the others."""
-    return [x.rechunk((row_chunks,) + tuple(-1 for _ in x.shape[1:])) for x in data]
-
-
-def resident_groups(client, blocks: list[list]) -> list[list[int]]:
-    """The chunk indices grouped by the worker holding the chunk's first block, each group in
-    chunk order, the groups in the order of their first chunk."""
-    where = client.who_has([chunk[0] for chunk in blocks])
-    groups: dict = {}
-    for i, chunk in enumerate(blocks):
-        groups.setdefault(where[chunk[0].key][0], []).append(i)
-    return list(groups.values())
-
-
-def placed_blocks(client, arrays) -> list[list]:
-    """Per chunk of rows, futures of each array's block on the worker with the fewest rows so far
-    (Dask alone may put 6 of 10 equal chunks on one of 2 workers); a worker that dies leaves its
-    chunks free to be recomputed elsewhere. The arrays are computed in one graph first, so the
-    per-chunk tasks only take blocks already in memory."""
-    persisted = client.persist(arrays)
-    distributed.wait(persisted)
-    load = dict.fromkeys(client.scheduler_info()["workers"], 0)
-    placed = []
-    for i, rows in enumerate(arrays[0].chunks[0]):
-        worker = min(load, key=load.get)
-        load[worker] += rows
-        placed.append(client.compute([x.blocks[i] for x in persisted], workers=[worker], allow_other_workers=True))
-    distributed.wait(placed)
-    return placed
-
-
 class DatasetLoss:
     """The loss and gradients of ``loss`` over data held as Dask arrays; see ``dataset_loss``."""
 
@@ -181,12 +141,16 @@ class DatasetLoss:
 
     def residents(self) -> list:
         """The actors holding the groups of chunks, one per group on the worker holding its
-        chunks; made again from the chunks' futures after a fault (Dask recomputes lost chunks)."""
+        chunks (``actor_workers``); made again from the chunks' futures after a fault (Dask
+        recomputes lost chunks)."""
         with self._residents_lock:
             if self._residents is None:
+                workers = actor_workers(self.client, self.groups, self.blocks)   # elsewhere if one is lost meanwhile
                 futures = [self.client.submit(ResidentChunks, self._shipped, self.row_weight, self.rows_per_call,
-                                              self.group_chunks(group), actor=True, pure=False)
-                           for group in self.groups]
+                                              self.group_chunks(group), actor=True, pure=False,
+                                              workers=None if worker is None else [worker],
+                                              allow_other_workers=worker is not None)
+                           for group, worker in zip(self.groups, workers)]
                 with self.client.as_current():   # an actor calls through the client current when it is made
                     self._residents = self.client.gather(futures)
             return self._residents

@@ -130,6 +130,37 @@ def test_chunks_are_spread_evenly_over_the_workers(client):
     assert sorted(Counter(workers[0] for workers in where.values()).values()) == [5, 5]
 
 
+def actor_keys(dask_worker):
+    return list(dask_worker.state.actors)
+
+
+def actor_worker(client, actor) -> str:
+    """The address of the worker that runs ``actor``."""
+    [address] = [worker for worker, keys in client.run(actor_keys).items() if actor.key in keys]
+    return address
+
+
+class Idle:
+    """An actor that does nothing: another loss's actor, as far as Dask's placement goes."""
+
+
+@pytest.mark.slow
+def test_each_actor_runs_on_the_worker_holding_its_chunks(client):
+    """Dask alone puts an actor on the worker with the fewest actors, here the other one."""
+    params, x, y = problem()
+    loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
+    firsts = [loss.blocks[group[0]][0] for group in loss.groups]
+    holders = client.who_has(firsts)                  # before an actor elsewhere fetches a copy
+    others = sum(len(keys) for keys in client.run(actor_keys).values())    # earlier tests' not yet released
+    idle = [client.submit(Idle, actor=True, workers=holders[firsts[0].key][:1], pure=False)
+            for _ in range(others + 2)]
+    distributed.wait(idle)
+    loss(params)
+    assert loss.fallbacks == 0
+    for first, actor in zip(firsts, loss.residents()):
+        assert actor_worker(client, actor) in holders[first.key]
+
+
 @pytest.mark.slow
 def test_each_worker_compiles_at_most_once(client):
     params, x, y = problem()
@@ -314,22 +345,40 @@ def test_a_worker_killed_mid_call_changes_nothing(two_workers):
     assert_same(grads, expected_grads)
 
 
+def worker_ids(dask_scheduler):
+    return {address: worker.server_id for address, worker in dask_scheduler.workers.items()}
+
+
+def replacement(client, address, timeout=60) -> str:
+    """Restart the worker at ``address``; the new worker's address, once the scheduler has
+    removed the old one (``restart_workers`` waits for as many workers as before, which a killed
+    worker not yet removed still makes)."""
+    old = set(client.run_on_scheduler(worker_ids).values())
+    client.restart_workers([address])
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = client.run_on_scheduler(worker_ids)
+        new = [worker for worker, server_id in workers.items() if server_id not in old]
+        if len(workers) == 2 and len(new) == 1:
+            return new[0]
+        assert time.monotonic() < deadline, f"the restarted worker was not replaced in {timeout} s"
+        time.sleep(0.1)
+
+
 @pytest.mark.slow
 def test_a_restarted_worker_loads_the_step_from_its_disk_cache(two_workers):
     client = two_workers
     params, x, y = problem(seed=2)
     loss = mjd.dataset_loss(logistic, da.from_array(x, chunks=100), da.from_array(y, chunks=100))
     loss(params)
-    holding = client.who_has(loss.group_chunks(loss.groups[0]))   # a worker with an actor of the loss
-    restarted = sorted(address for addresses in holding.values() for address in addresses)[0]
-    client.restart_workers([restarted])
-    client.wait_for_workers(2, timeout=60)
+    restarted = actor_worker(client, loss.residents()[0])
+    new = replacement(client, restarted)
     for _ in range(2):                                        # by tasks, then by new actors
         result = loss(params)
     assert loss.fallbacks == 1
     assert_single_process_result(result, logistic, params, x, y)
-    fresh = [info for info in loss.worker_cache_info().values() if info is not None and info.disk_loads]
-    assert fresh, "the restarted worker should have loaded the step from the disk cache"
+    info = loss.worker_cache_info()[new]              # one of the new actors: it held no actor of the loss
+    assert info is not None and info.disk_loads, "the restarted worker should have loaded the step from the disk cache"
 
 
 def set_cache_dir(directory):
