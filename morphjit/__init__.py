@@ -35,8 +35,9 @@ from .jit import (CompiledFunction, CompiledGrad, CompiledLoss, TrainStep, compi
                   grad_program, hessian, hvp, optim, train_step, value_and_grad)
 from .runtime import run
 from .tracing import FrozenValueError, trace
-from .util import (VERSION as __version__, ArgumentError, ArgumentOverflowError, DtypeError, IndexingError,
-                   MorphjitError, ShapeError, TracingError, UnsupportedError, ravel_pytree)
+from .util import (VERSION as __version__, ArgumentError, ArgumentOverflowError, ArgumentWriteError, DtypeError,
+                   IndexingError, LayoutError, MorphjitError, ShapeError, TracingError, UnsupportedError,
+                   ravel_pytree)
 _LAZY = {"dask": ".integrations.dask", "stats": ".api.scipy.stats", "signal": ".api.scipy.signal"}
 
 

@@ -11,7 +11,7 @@ from .contractions import (diag as diag, diagonal as diagonal, einsum as einsum,
 from .conv import (avg_pool2d as avg_pool2d, conv1d as conv1d, conv2d as conv2d, conv3d as conv3d,
                    conv_transpose2d as conv_transpose2d, max_pool2d as max_pool2d)
 from .core import (abs as abs, add as add, astype as astype, bind as bind, broadcast_to as broadcast_to,
-                   clip as clip, concatenate as concatenate, cos as cos, divide as divide, dot as dot,
+                   clip as clip, concatenate as concatenate, copy as copy, cos as cos, divide as divide, dot as dot,
                    equal as equal, exp as exp, expand_dims as expand_dims, extremum as extremum, full as full,
                    full_like as full_like, gather as gather, greater as greater, greater_equal as greater_equal,
                    less as less, less_equal as less_equal, log as log, log1p as log1p, log_softmax as log_softmax,
@@ -19,16 +19,17 @@ from .core import (abs as abs, add as add, astype as astype, bind as bind, broad
                    logsumexp as logsumexp, matmul as matmul, max as max, maximum as maximum, mean as mean,
                    min as min, minimum as minimum, multiply as multiply, negative as negative,
                    not_equal as not_equal, one_hot as one_hot, ones_like as ones_like, power as power,
-                   ravel as ravel, relu as relu, reshape as reshape, scatter_add as scatter_add,
+                   ravel as ravel, relu as relu, reshape as reshape, scatter as scatter, scatter_add as scatter_add,
                    sigmoid as sigmoid, sign as sign, sin as sin, slice_array as slice_array, softmax as softmax,
                    softmax_cross_entropy as softmax_cross_entropy, sqrt as sqrt, square as square,
                    squeeze as squeeze, stack as stack, std as std, subtract as subtract, sum as sum,
                    swap_last as swap_last, swapaxes as swapaxes, tanh as tanh, trace_of as trace_of,
-                   transpose as transpose, unslice as unslice, var as var, where as where,
+                   transpose as transpose, unslice as unslice, update_slice as update_slice, var as var,
+                   where as where,
                    zeros_like as zeros_like)
 from .custom import custom_vjp as custom_vjp, stop_gradient as stop_gradient
 from .gathers import choose as choose, take as take, take_along_axis as take_along_axis
-from .indexing import at as at, getitem as getitem
+from .indexing import at as at, getitem as getitem, iota as iota
 from .methods import install
 from .random import dropout as dropout
 from .reductions import (all as all, any as any, argmax as argmax, argmin as argmin, average as average,

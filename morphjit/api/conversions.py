@@ -90,7 +90,7 @@ def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
 def updates_through_at(frame) -> bool:
     """Whether the frame writing ``x[key] = v`` is ``array_api_extra.at`` (SciPy's in-place-or-copy
     update; its caller uses the result instead of the input): the tracer object then stands for the
-    updated value. ``copy=False`` asks for the write to reach every view of the input, which a
+    updated value, a copy (the array it viewed, an argument perhaps, is not written). ``copy=False`` asks for the write to reach every view of the input, which a
     traced array cannot do."""
     if not frame.f_globals.get("__name__", "").endswith("array_api_extra._lib._at"):
         return False

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..ir import (OPS, Lit, Sym, broadcast_shapes, dtype_name, empty_reduction_error, is_float, keepdims_shape,
                   slice_shape)
-from ..tracing import SUPPORTED_DTYPES, Tracer, tracer as trace
-from ..util import DtypeError, ShapeError, TracingError, UnsupportedError, user_location
+from ..tracing import SUPPORTED_DTYPES, Tracer, storage, tracer as trace
+from ..util import DtypeError, LayoutError, ShapeError, TracingError, UnsupportedError, user_location
 
 _WEAK_PROTOTYPES = {"b": False, "i": 0, "u": 0, "f": 0.0}
 NOT_GIVEN = np._NoValue   # NumPy's default of the keywords its functions pass on only when given
@@ -426,15 +426,26 @@ def min(a, axis=None, out=None, keepdims=False, initial=NOT_GIVEN, where=True):
 
 
 def reshape(a, shape, order="C", *, copy=None):
-    """NumPy's reshape in order 'C' (a traced array has no layout: ``copy`` changes nothing)."""
-    if order != "C":
-        raise UnsupportedError(f"reshape: only order='C' is supported, got order={order!r}", user_location())
+    """NumPy's reshape: a view where NumPy's is one (``copy=False`` refuses the others), in C
+    or F order ('A': F for an F- and not C-contiguous array)."""
+    if order not in ("C", "F", "A"):
+        raise ValueError(f"reshape: order must be one of 'C', 'F', 'A' (got {order!r})")
     a = _as_array(a)
     shape = _resolve_shape(a.shape, shape)
-    return a if shape == a.shape else _apply("reshape", [a], shape=shape)
+    if order == "A":
+        order = "F" if isinstance(a, Tracer) and a.contiguous("F") and not a.contiguous("C") else "C"
+    if copy is True:
+        a = _copy(a)
+    if order == "F":
+        out = transpose(reshape(transpose(a), tuple(reversed(shape))))
+    else:
+        out = a if shape == a.shape else _apply("reshape", [a], shape=shape)
+    if copy is False and isinstance(a, Tracer) and out is not a and out.storage is None:
+        raise ValueError("Unable to avoid creating a copy while reshaping.")
+    return out
 
 
-def _extents(shape) -> tuple:
+def extents(shape) -> tuple:
     """A shape argument as a tuple of extents (ints, or batch-dependent ``Sym``s)."""
     if isinstance(shape, (int, np.integer, Sym)):
         shape = (shape,)
@@ -442,7 +453,7 @@ def _extents(shape) -> tuple:
 
 
 def _resolve_shape(old, new) -> tuple[int, ...]:
-    new = _extents(new)
+    new = extents(new)
     size = math.prod(old)
     if new.count(-1) > 1:
         raise ShapeError(f"reshape: can only specify one unknown dimension in {new}", user_location())
@@ -478,7 +489,7 @@ def swap_last(a):
 
 
 def broadcast_to(array, shape, subok=False):
-    shape = _extents(shape)
+    shape = extents(shape)
     x = _value(array)
     if isinstance(x, Lit) or not isinstance(x, (Tracer, np.ndarray)):
         return full(shape, x.value if isinstance(x, Lit) else x, _dtype_of(x), like=_trace_of([array]))
@@ -505,12 +516,38 @@ def squeeze(a, axis=None):
 
 
 def ravel(a, order="C"):
-    """The elements in row-major order ('C'; 'A' and 'K' too: a traced array is as if
-    C-contiguous), or column-major ('F')."""
+    """NumPy's ravel: the elements in row-major ('C') or column-major ('F') order, 'A' as 'F' for an
+    F- and not C-contiguous array, 'K' in memory order; a view where the array is contiguous in
+    that order, else a copy."""
     if order not in ("C", "F", "A", "K"):
         raise ValueError(f"ravel: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     a = _as_array(a)
-    return reshape(transpose(a) if order == "F" else a, -1)
+    if not isinstance(a, Tracer):
+        return np.ravel(a, order)
+    if order in ("A", "K") and a.contiguous("F") and not a.contiguous("C"):
+        order = "F"
+    elif order == "K" and not a.contiguous("C"):
+        a = transpose(a, memory_order(a))
+        order = "C"
+    elif order != "F":
+        order = "C"
+    flat = a if order == "C" else transpose(a)
+    if not a.contiguous(order):
+        flat = _copy(flat, "C")
+    return reshape(flat, -1)
+
+
+def memory_order(a) -> tuple[int, ...]:
+    """The axes of ``a`` by decreasing stride magnitude (NumPy's order 'K'); refused where morphjit
+    does not follow the layout NumPy gave the array."""
+    layout = None if a.storage is None or a.storage.layout == "unknown" else \
+        storage.proxy(a.storage.shape, a.steps, a.storage.layout)
+    if layout is None:
+        raise LayoutError("order='K' reads the memory order NumPy gave this array (computed from a transposed or "
+                          "strided view), which morphjit does not follow: use order='C' or 'F', or "
+                          "np.ascontiguousarray(...) first", user_location())
+    strides = layout.strides
+    return tuple(int(k) for k in np.argsort([-builtins.abs(s) for s in strides], kind="stable"))
 
 
 def slice_array(a, starts, stops, steps):
@@ -529,12 +566,46 @@ def unslice(g, shape, starts, stops, steps):
                   steps=tuple(steps))
 
 
+def update_slice(x, v, starts, stops, steps):
+    """``x`` with the basic slice (normalised (start, stop, step) per dimension) replaced by ``v``
+    (of the slice's shape and ``x``'s dtype): NumPy's ``x[box] = v`` as a new array."""
+    return _apply("update_slice", [_as_array(x), _as_array(v)], starts=tuple(starts), stops=tuple(stops),
+                  steps=tuple(steps))
+
+
 def gather(x, index, axis: int = 0, names=None, slice_length=0):
     """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
     arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
     index = [_as_array(i) for i in index]
     return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index),
                   **_slice_length(slice_length))
+
+
+def scatter(x, v, index, axis: int = 0, names=None):
+    """``x`` with ``v`` (of the gathered shape, ``x``'s dtype) stored where ``gather(x, index, axis)``
+    reads: NumPy's ``x[(slice(None),) * axis + index] = v`` as a new array (the last of repeated
+    positions in C order wins)."""
+    index = [_as_array(i) for i in index]
+    return _apply("scatter", [_as_array(x), _as_array(v)] + index, axis=int(axis),
+                  names=names or _argument_names(index))
+
+
+def _copy(a, order="K"):
+    """NumPy's copy of ``a``: an array of its own, which later writes into ``a`` do not reach."""
+    a = _as_array(a)
+    if not isinstance(a, Tracer):
+        return np.array(a, copy=True, order=order)
+    if a.concrete() is not None:
+        copied = np.array(a.concrete(), copy=True, order=order)
+        return Tracer.buffer(a.trace, copied, "F" if copied.flags.f_contiguous and not copied.flags.c_contiguous else "C")
+    out = Tracer(a.trace, a.operand)
+    kept = order in ("K", "A") and (a.contiguous("C") or a.contiguous("F"))
+    out.layout = order if order in ("C", "F") else ("F" if kept and not a.contiguous("C") else "C" if kept else "unknown")
+    out.own_storage()
+    return out
+
+
+copy = _copy   # (``reshape`` and ``ravel`` take a ``copy`` argument of NumPy's)
 
 
 def scatter_add(g, index, shape, axis: int = 0, names=None, slice_length=0):
@@ -622,7 +693,7 @@ def stack(arrays, axis=0, out=None, *, dtype=None, casting="same_kind"):
 
 def full(shape, fill_value, dtype=None, like=None):
     """An array of ``fill_value``; traced (inside ``like``'s trace) when ``like`` is a trace."""
-    shape = _extents(shape)
+    shape = extents(shape)
     dtype = np.dtype(dtype) if dtype is not None else np.result_type(fill_value)
     value = fill_value if isinstance(fill_value, Sym) else dtype.type(fill_value).item()
     params = dict(shape=shape, dtype=dtype_name(dtype), value=value)

@@ -10,21 +10,29 @@ import difflib
 import numpy as np
 
 from ..util import UnsupportedError, user_location
-from . import contractions, core, gathers, linalg, reductions, shapes, stride_tricks, ufuncs
+from . import contractions, core, gathers, linalg, reductions, shapes, stride_tricks, ufuncs, writes
 from .scipy import special
 
 UFUNCS = {**core.UFUNCS, **ufuncs.UFUNCS, **special.UFUNCS}
 FUNCTIONS = {**core.FUNCTIONS, **gathers.FUNCTIONS, **ufuncs.FUNCTIONS, **reductions.FUNCTIONS, **contractions.FUNCTIONS,
-             **shapes.FUNCTIONS, **stride_tricks.FUNCTIONS, **linalg.FUNCTIONS}
+             **shapes.FUNCTIONS, **stride_tricks.FUNCTIONS, **linalg.FUNCTIONS, **writes.FUNCTIONS}
 
 
 def apply_ufunc(ufunc, method, inputs, kwargs):
+    if method == "at" and ufunc in (np.add, np.subtract):
+        return writes.add_at(*inputs, subtract=ufunc is np.subtract)
+    kwargs = dict(kwargs)
+    out = kwargs.pop("out", None)
+    if isinstance(out, tuple) and all(o is None for o in out):
+        out = None
     if method != "__call__" or kwargs:
         what = f"np.{ufunc.__name__}.{method}" if method != "__call__" else \
             f"np.{ufunc.__name__}(..., {', '.join(f'{k}=' for k in kwargs)})"
         raise UnsupportedError(f"{what} is not supported on traced arrays", user_location())
     if ufunc not in UFUNCS:
         raise unsupported_error(ufunc)
+    if out is not None:
+        return writes.with_out(UFUNCS[ufunc], ufunc.__name__, out)(*inputs)
     return UFUNCS[ufunc](*inputs)
 
 

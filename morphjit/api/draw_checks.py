@@ -135,6 +135,8 @@ def checked(value, method: str, name: str, *constraints: Constraint):
 
 
 def _parameter(value, method: str, name: str):
+    if isinstance(value, Tracer) and value.concrete() is not None:   # a buffer the function made with NumPy
+        value = value.concrete()
     if isinstance(value, Tracer) or type(value) in (int, float):
         return value
     try:

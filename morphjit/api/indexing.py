@@ -11,29 +11,30 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import OPS, Lit, Specialize, Sym, broadcast_shapes, dtype_name, is_float
+from ..ir import OPS, Lit, Specialize, Sym, dtype_name, is_float
 from ..tracing import Tracer, tracer as trace
 from ..util import DtypeError, IndexingError, ShapeError, UnsupportedError, user_location
 from . import core as A
 
 
 def getitem(a, key):
-    """NumPy indexing: integers, slices (with steps), ``None``, ``...`` and integer arrays."""
+    """NumPy indexing: integers, slices (with steps), ``None``, ``...``, integer arrays and ranges."""
     a = A.as_array(a)
     key = key if isinstance(key, tuple) else (key,)
+    key = tuple(np.arange(k.start, k.stop, k.step) if isinstance(k, range) else k for k in key)
     for k in key:
         if not (k is None or k is Ellipsis or isinstance(k, (int, np.integer, slice))
-                or _is_index_array(k)):
+                or is_index_array(k)):
             raise UnsupportedError(
                 f"indexing with {type(k).__name__} is not supported (integers, slices, None, ... and "
                 f"integer arrays are)", user_location())
-    if len(key) == 1 and _is_mask(key[0]) and A.trace_of([a, key[0]]) is not None:
+    if len(key) == 1 and is_mask(key[0]) and A.trace_of([a, key[0]]) is not None:
         return Masked.select(a, key[0])
-    if any(_is_dynamic_slice(k) for k in key):
+    if any(is_dynamic_slice(k) for k in key):
         a, key = _dynamic_slices(a, key)
-    if any(_is_index_array(k) for k in key):
+    if any(is_index_array(k) for k in key):
         return _advanced_getitem(a, key)
-    return _basic_getitem(a, key)
+    return basic_getitem(a, key)
 
 
 class at:
@@ -62,7 +63,7 @@ class _AtIndex:
     def set(self, v):
         if not is_float(self.x.dtype):
             raise DtypeError(f"mj.at(x)[...].set(v) needs a float array, got {self.x.dtype}", user_location())
-        if len(self.key) == 1 and _is_mask(self.key[0]):
+        if len(self.key) == 1 and is_mask(self.key[0]):
             return A.where(Masked.select(self.x, self.key[0]).mask, v, self.x)
         placed = _placed(self.x, self.key, A.astype(A.as_array(v), self.x.dtype))
         count = _placed(self.x, self.key, A.ones_like(getitem(self.x, self.key)))
@@ -99,7 +100,7 @@ def _placed(x, key, v):
     return cotangents.get(id(x.operand), A.zeros_like(x))
 
 
-def _is_dynamic_slice(k) -> bool:
+def is_dynamic_slice(k) -> bool:
     return isinstance(k, slice) and (isinstance(k.start, Tracer) or isinstance(k.stop, Tracer))
 
 
@@ -109,27 +110,31 @@ def _dynamic_slices(a, key):
     depend on the traced values); the key with them replaced by full slices. ``start`` and the
     positions' bound ``stop`` are NumPy's (``slice.indices``); a position at or past ``stop``,
     which NumPy's slice lacks, reads at the axis length, and the gather's range check refuses it."""
-    key = _expand_ellipsis(key, a.ndim)
+    key = expand_ellipsis(key, a.ndim)
     axis, rest = 0, []
     for k in key:
-        if _is_dynamic_slice(k):
-            step = 1 if k.step is None else k.step
-            extent = _fixed_extent(k)
-            size = a.shape[axis]
-            # NumPy's slice of a negative extent is empty or not depending on the signs of the bounds.
-            if isinstance(step, Tracer) or extent is None or extent < 0 or isinstance(size, Sym) or step <= 0:
-                raise UnsupportedError(
-                    "a slice with traced bounds needs an extent known when tracing (a positive integer "
-                    "step, stop - start at least 0 and not depending on traced values, as in "
-                    "x[i * n:(i + 1) * n]), on an axis that is not the batch axis", user_location())
-            count = len(range(0, extent, step))
-            positions = _slice_bound(k.start, size) + np.arange(0, count * step, step)
-            index = A.where(positions < _slice_bound(k.stop, size), positions, size)
+        if is_dynamic_slice(k):
+            index, count = slice_positions(k, a.shape[axis])
             a = A.gather(a, (index,), axis, slice_length=count)
             k = slice(None)
         rest.append(k)
         axis += k is not None
     return a, tuple(rest)
+
+
+def slice_positions(k: slice, size):
+    """The positions a slice with traced bounds reads along an axis of ``size``, and their count."""
+    step = 1 if k.step is None else k.step
+    extent = _fixed_extent(k)
+    # NumPy's slice of a negative extent is empty or not depending on the signs of the bounds.
+    if isinstance(step, Tracer) or extent is None or extent < 0 or isinstance(size, Sym) or step <= 0:
+        raise UnsupportedError(
+            "a slice with traced bounds needs an extent known when tracing (a positive integer "
+            "step, stop - start at least 0 and not depending on traced values, as in "
+            "x[i * n:(i + 1) * n]), on an axis that is not the batch axis", user_location())
+    count = len(range(0, extent, step))
+    positions = _slice_bound(k.start, size) + np.arange(0, count * step, step)
+    return A.where(positions < _slice_bound(k.stop, size), positions, size), count
 
 
 def _slice_bound(bound, size: int):
@@ -187,15 +192,25 @@ def _polynomial(trace, x, sign: int) -> dict | None:
     return None if found is None else {t: sign * c for t, c in found.items()}
 
 
-def _basic_getitem(a, key):
-    key = _expand_ellipsis(key, a.ndim)
+def basic_getitem(a, key):
+    starts, stops, steps, out_shape = basic_box(a.shape, key)
+    picked = A.reshape(A.slice_array(a, starts, stops, steps), out_shape)
+    if _is_scalar_key(key, a.ndim) and isinstance(picked, Tracer):
+        return A.copy(picked)   # NumPy returns a scalar, a copy
+    return picked
+
+
+def basic_box(shape, key):
+    """The box a basic key (integers, slices, None, ...) reads: per axis of ``shape`` its normalised
+    (start, stop, step), and the shape of ``x[key]``."""
+    key = expand_ellipsis(key, len(shape))
     starts, stops, steps, out_shape = [], [], [], []
     dim = 0
     for k in key:
         if k is None:
             out_shape.append(1)
             continue
-        size = a.shape[dim]
+        size = shape[dim]
         if isinstance(size, Sym) and k == slice(None):
             start, stop, step = 0, size, 1          # all of the batch; any other slice needs its size
             out_shape.append(size)
@@ -210,15 +225,20 @@ def _basic_getitem(a, key):
         stops.append(stop)
         steps.append(step)
         dim += 1
-    return A.reshape(A.slice_array(a, starts, stops, steps), tuple(out_shape))
+    return starts, stops, steps, tuple(out_shape)
 
 
-def _is_index_array(k) -> bool:
+def _is_scalar_key(key, ndim: int) -> bool:
+    """Whether ``x[key]`` is a NumPy scalar: integers only, one per axis."""
+    return len(key) == ndim and all(isinstance(k, (int, np.integer)) for k in key)
+
+
+def is_index_array(k) -> bool:
     return isinstance(k, (Tracer, np.ndarray, list))
 
 
-def _is_mask(k) -> bool:
-    return _is_index_array(k) and A.as_array(k).dtype == np.bool_
+def is_mask(k) -> bool:
+    return is_index_array(k) and A.as_array(k).dtype == np.bool_
 
 
 MASK_HINT = ("indexing with a boolean mask gives a shape that depends on the data, which a compiled step cannot have; "
@@ -252,7 +272,7 @@ class Masked(trace.NotAnArray):
         operands = []
         for a in args:
             if isinstance(a, Masked):
-                if a.mask is not self.mask:
+                if not same_value(a.mask, self.mask):
                     raise UnsupportedError(f"elements picked by two different masks cannot be combined: {MASK_HINT}",
                                            user_location())
                 a = a.values
@@ -310,6 +330,18 @@ class Masked(trace.NotAnArray):
     __rpow__ = lambda self, o: self.elementwise(A.power, o, self)
     __neg__ = lambda self: self.elementwise(A.negative, self)
     __abs__ = lambda self: self.elementwise(A.abs, self)
+    # x[mask] is a copy: ``x[mask] op= v`` changes the copy, which is then written back.
+    __iadd__, __isub__, __imul__, __itruediv__, __ipow__ = __add__, __sub__, __mul__, __truediv__, __pow__
+
+
+def same_value(a, b) -> bool:
+    """Whether two masks are the same value: the same array, or computed alike from the same
+    values (``x[~m] * y[~m]`` writes the mask twice)."""
+    if a is b:
+        return True
+    if not (isinstance(a, Tracer) and isinstance(b, Tracer)) or a.trace is not b.trace:
+        return False
+    return a.trace.same_value(a.operand, b.operand)
 
 
 def _advanced_getitem(a, key):
@@ -317,10 +349,10 @@ def _advanced_getitem(a, key):
     broadcast together, and their dimensions replace the indexed axes where those are adjacent,
     else they come first. Slices and ``None`` are applied first (a view), then one gather."""
     key = tuple(np.asarray(k) if isinstance(k, (int, np.integer)) else k for k in key)
-    key = _expand_ellipsis(key, a.ndim)
-    basic = tuple(slice(None) if _is_index_array(k) else k for k in key)
-    viewed = _basic_getitem(a, basic)
-    positions = [j for j, k in enumerate(key) if _is_index_array(k)]
+    key = expand_ellipsis(key, a.ndim)
+    basic = tuple(slice(None) if is_index_array(k) else k for k in key)
+    viewed = basic_getitem(a, basic)
+    positions = [j for j, k in enumerate(key) if is_index_array(k)]
     index = tuple(index_array(key[j], viewed.shape[j]) for j in positions)
     if positions != list(range(positions[0], positions[0] + len(positions))):
         others = [j for j in range(viewed.ndim) if j not in positions]
@@ -377,7 +409,7 @@ def arange(*args, **kwargs):
     return iota((stop,), 0, dtype, trace.current_trace())
 
 
-def _expand_ellipsis(key, ndim: int):
+def expand_ellipsis(key, ndim: int):
     consumed = len([k for k in key if k is not None and k is not Ellipsis])
     if consumed > ndim:
         raise ShapeError(f"too many indices: the array has {ndim} dimensions, {consumed} were indexed",

@@ -6,16 +6,17 @@ random generator arguments and the library functions replaced while traces run.
 """
 from __future__ import annotations
 
-import inspect
+import sys
+
 
 import numpy as np
 
 from ..native import GENERATORS
-from ..tracing import ANY_TRACE, LEAF_TRACERS, SYMBOLIC_EXTENT, Tracer, concrete_value_error
+from ..tracing import ANY_TRACE, LEAF_TRACERS, SYMBOLIC_EXTENT, Tracer, concrete_value_error, tracer as trace
 from ..util import UnsupportedError, user_location
-from . import core as A, dispatch, namespace
-from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error, updates_through_at
-from .indexing import arange, at, getitem
+from . import buffers, core as A, dispatch, namespace, writes
+from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error
+from .indexing import arange, getitem
 from .random import traced_generator
 from .scipy import namespace as scipy_namespace
 
@@ -27,6 +28,10 @@ class ArrayMethods:
     mT = property(lambda self: A.swap_last(self))   # the array API standard's
 
     def __array__(self, dtype=None, copy=None):
+        if self.concrete() is not None:      # a buffer still known: NumPy's copy of it, read-only
+            known = np.array(self.concrete(), dtype=dtype)
+            known.flags.writeable = False
+            return known
         strided = as_strided_caller()
         if strided is not None:
             raise UnsupportedError("np.lib.stride_tricks.as_strided converts its argument to a NumPy array, which a "
@@ -35,7 +40,7 @@ class ArrayMethods:
         caller = scipy_caller()
         if caller is not None:
             raise scipy_conversion_error(*caller)
-        raise concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
+        raise trace.numpy_write_error() or concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
                                    "use the traced value with NumPy functions directly")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
@@ -80,14 +85,17 @@ class ArrayMethods:
     __invert__ = lambda self: A.invert(self)
     __getitem__ = lambda self, key: getitem(self, key)
 
-    def __setitem__(self, key, value):
-        if not updates_through_at(inspect.currentframe().f_back):
-            raise UnsupportedError("item assignment (x[...] = v) on a traced array is not supported (a traced "
-                                   "array cannot be changed in place): write x = mj.at(x)[...].set(v) (or "
-                                   ".add(v) for np.add.at), or x = np.where(mask, v, x) for x[mask] = v",
-                                   user_location())
-        new = updated(self, key, value)
-        self.operand, self.weak = new.operand, new.weak
+    __setitem__ = lambda self, key, value: writes.setitem(self, key, value, sys._getframe(1))
+    __iadd__ = writes.inplace(A.add, "add")
+    __isub__ = writes.inplace(A.subtract, "subtract")
+    __imul__ = writes.inplace(A.multiply, "multiply")
+    __itruediv__ = writes.inplace(A.divide, "divide")
+    __ipow__ = writes.inplace(A.power, "power")
+    __imatmul__ = writes.inplace(A.matmul, "matmul")
+    __imod__ = writes.inplace(np.remainder, "remainder")
+    __ifloordiv__ = writes.inplace(np.floor_divide, "floor_divide")
+    __iand__ = writes.inplace(A.bitwise_and, "bitwise_and")
+    __ior__ = writes.inplace(A.bitwise_or, "bitwise_or")
 
     # The array API standard (SciPy with SCIPY_ARRAY_API=1): see ``morphjit.api.namespace``.
     def __array_namespace__(self, *, api_version=None):
@@ -109,13 +117,35 @@ class ArrayMethods:
     min = lambda self, *args, **kwargs: A.min(self, *args, **kwargs)
     var = lambda self, *args, **kwargs: A.var(self, *args, **kwargs)
     std = lambda self, *args, **kwargs: A.std(self, *args, **kwargs)
-    astype = lambda self, dtype, order="K", casting="unsafe", subok=True, copy=True: A.astype(self, dtype, casting)
+    def astype(self, dtype, order="K", casting="unsafe", subok=True, copy=True):
+        cast = A.astype(self, dtype, casting)
+        return writes.conversion_copy(cast, None, order, True) if copy and cast is self else cast
+
+    def item(self, *args):
+        if self.concrete() is None:
+            raise concrete_value_error("x.item()", "keep the value as an array")
+        return self.concrete().item(*args)
+
+    def tolist(self):
+        if self.concrete() is None:
+            raise concrete_value_error("x.tolist()", "keep the value as an array")
+        return self.concrete().tolist()
+
+    def copy(self, order="C"):
+        return A.copy(self, order)
+
+    def view(self, dtype=None, type=None):
+        if dtype is not None and np.dtype(dtype) != self.dtype or type is not None:
+            raise UnsupportedError("x.view(dtype) reinterprets memory, which morphjit does not trace: use "
+                                   "x.astype(dtype)", user_location())
+        return self   # the same memory: writes through either are seen by both
+
     dot = lambda self, b, out=None: A.dot(self, b, out)
     clip = lambda self, min=None, max=None, out=None, **kwargs: A.clip(self, min, max, out, **kwargs)
     squeeze = lambda self, axis=None: A.squeeze(self, axis)
     swapaxes = lambda self, axis1, axis2: A.swapaxes(self, axis1, axis2)
     ravel = lambda self, order="C": A.ravel(self, order)
-    flatten = ravel
+    flatten = lambda self, order="C": A.copy(A.ravel(self, order), "C")
     # Methods whose functions live in the op-family modules reach them through NumPy's dispatch.
     prod = lambda self, *args, **kwargs: np.prod(self, *args, **kwargs)
     argmax = lambda self, *args, **kwargs: np.argmax(self, *args, **kwargs)
@@ -125,17 +155,6 @@ class ArrayMethods:
     cumsum = lambda self, *args, **kwargs: np.cumsum(self, *args, **kwargs)
     cumprod = lambda self, *args, **kwargs: np.cumprod(self, *args, **kwargs)
     round = lambda self, decimals=0: np.round(self, decimals)
-
-
-def updated(x, key, value):
-    """``x`` with ``x[key] = value`` (the value cast to ``x``'s dtype, as NumPy stores it), as a new
-    traced value: a boolean mask of ``x``'s shape selects with ``where``, other keys go through
-    ``mj.at(x)[key].set``."""
-    value = A.astype(A.as_array(value), x.dtype)
-    key_value = A.as_value(key) if isinstance(key, (Tracer, np.ndarray)) else None
-    if key_value is not None and key_value.dtype == np.bool_ and key_value.shape == x.shape:
-        return A.where(key_value, value, x)
-    return at(x)[key].set(value)
 
 
 def install() -> None:
@@ -149,6 +168,7 @@ def install() -> None:
     for kind in GENERATORS:
         LEAF_TRACERS[kind] = traced_generator
     SYMBOLIC_EXTENT.register(np, "arange", arange)
+    buffers.install()
     for owner, name, substitute in scipy_namespace.substitutes():
         ANY_TRACE.register(owner, name, substitute)
     ANY_TRACE.provided_by("scipy.stats", f"{__package__}.scipy.stats")

@@ -1,4 +1,5 @@
-"""The memory of a replay plan: pool slots by liveness, and the nests that write in place.
+"""The memory of a replay plan: pool slots by liveness, and the nests that write in place (an
+update's copy of the array it updates, written in place, is dropped).
 
 The planner gives each buffer a pool slot by liveness over the linear schedule; a nest whose input
 dies at it and is read at the very element it writes (a GEMM epilogue, for instance) writes in
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import Alias, RowNest, Sym, TensorType, Var, degree, magnitude, same_row, upper_bound
+from ..ir import Alias, Load, Nest, RowNest, Sym, TensorType, Var, degree, magnitude, same_row, upper_bound
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,21 @@ def assign_slots(plan) -> None:
                 plan.slot_of[id(out)] = take_slot(plan.slots, free, out.type)
         kept = {id(v) for v in ins.outs + donors}
         free += [plan.slot_of[id(v)] for v in dies_at[t] if id(v) in plan.slot_of and id(v) not in kept]
+    plan.instructions[:] = [ins for ins in plan.instructions if not self_copy(plan, ins)]
+
+
+def self_copy(plan, ins) -> bool:
+    """Whether ``ins`` only copies arrays onto themselves: an update's copy of the array it
+    updates, written in place (the array died there and gave the result its slot)."""
+    return (isinstance(ins, Nest) and id(ins) in plan.in_place and not ins.accumulations and bool(ins.stores)
+            and all(copies_onto_itself(plan, s) for s in ins.stores))
+
+
+def copies_onto_itself(plan, store) -> bool:
+    """Whether ``store`` copies an array element by element into the slot it is in."""
+    source = store.expr
+    return (store.out_map.is_identity() and isinstance(source, Load) and source.imap.is_identity()
+            and source.var.type == store.out.type and plan.slot_of.get(id(source.var)) == plan.slot_of[id(store.out)])
 
 
 def last_touches(plan) -> list[list[Var]]:

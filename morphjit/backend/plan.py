@@ -15,7 +15,7 @@ import numpy as np
 
 from ..ir import (COMPOSITE, OPS, VIEW, Alias, IndexMap, Instruction, Load, Namer, Program, RangeCheck, Sym, Var,
                   describe_instructions, empty_reduction_error, evaluate, loop)
-from ..ops import in_range, picked_extents
+from ..ops import in_range, index_operands, picked_extents
 from .memory import Slot, assign_slots
 from .selection import Selector
 
@@ -77,7 +77,7 @@ def make_plan(program: Program, copied: frozenset[int] = frozenset()) -> Plan:
 def range_checks(program: Program) -> list[RangeCheck]:
     """A range check of the class labels one-hot reads (inputs, or computed into a buffer by
     fusion), of the mask of the elements NumPy refuses in a traced parameter of a draw (all
-    False: below 1), and of each index array of a gather or scatter-add that is not a constant
+    False: below 1), and of each index array of a gather, scatter-add or scatter that is not a constant
     (those are checked as they are traced; the others are inputs or computed into buffers, see
     ``Op.buffered``) or an iota no longer than its axis (``ops.gathers.in_range``)."""
     consts = {id(v) for v, _ in program.consts}
@@ -90,9 +90,9 @@ def range_checks(program: Program) -> list[RangeCheck]:
         if b.op == "check_parameter":
             refused = b.inputs[1]
             checks[(id(refused), 1)] = RangeCheck(refused, 1, b.kwargs["what"] + where(b), b.kwargs["error"])
-        if b.op in ("gather", "scatter_add"):
-            names = b.kwargs.get("names") or ("",) * (len(b.inputs) - 1)
-            for index, name, extent in zip(b.inputs[1:], names, picked_extents(b)):
+        if b.op in ("gather", "scatter_add", "scatter"):
+            names = b.kwargs.get("names") or ("",) * len(index_operands(b))
+            for index, name, extent in zip(index_operands(b), names, picked_extents(b)):
                 if in_range(index, extent, producer):
                     continue
                 if id(index) not in consts or isinstance(extent, Sym):

@@ -201,8 +201,13 @@ def can_merge(first: Nest, second: Nest) -> bool:
 
 
 def inline_private_stores(instructions: list, outputs: set[int]) -> list:
-    """A store only its own nest reads (merging made it so) becomes a value of the loop body."""
+    """A store only its own nest reads (merging made it so) becomes a value of the loop body;
+    not an array stored twice (an update's copy and box, merged), whose last store wins."""
     read_elsewhere = {id(v) for ins in instructions for v in ins.reads()} | outputs
+    for ins in instructions:
+        if isinstance(ins, Nest):
+            written = [id(s.out) for s in ins.stores]
+            read_elsewhere |= {v for v in written if written.count(v) > 1}
     result = []
     for ins in instructions:
         if not isinstance(ins, Nest) or not ins.domain:

@@ -10,7 +10,7 @@ from .literals import Constants as Constants, literal as literal
 from .loops import (Acc as Acc, Accumulate as Accumulate, Alias as Alias, Apply as Apply, Const as Const,
                     Gather as Gather, Gemm as Gemm, Instruction as Instruction, Lapack as Lapack, Load as Load,
                     Nest as Nest, OneHot as OneHot, Position as Position, Random as Random,
-                    RangeCheck as RangeCheck, RowNest as RowNest, ScatterAdd as ScatterAdd, Store as Store,
+                    RangeCheck as RangeCheck, RowNest as RowNest, Scatter as Scatter, Store as Store,
                     batched_input as batched_input, gather_indices as gather_indices, gathers as gathers,
                     internal_shape as internal_shape, loads as loads, loop as loop, loop_axes as loop_axes,
                     replace_loads as replace_loads, same_row as same_row)

@@ -3,7 +3,7 @@
 Expressions (``Load``, ``Gather``, ``Const``, ``Apply``, ``OneHot``, ``Position``, ``Random``,
 ``Acc``) form a DAG; ``children`` and ``rebuild`` are the one way to walk and rebuild them, so
 ``walk``, ``loads`` and ``replace_loads`` need not know the node kinds. Instructions (``Gemm``,
-``Lapack``, ``Nest``, ``RowNest``, ``ScatterAdd``, ``Alias``, ``RangeCheck``) say which buffers
+``Lapack``, ``Nest``, ``RowNest``, ``Scatter``, ``Alias``, ``RangeCheck``) say which buffers
 they write (``outs``) and read (``reads()``) and which loop nests they run (``nests()``); ``kind``
 names them for counts. The consumers (codegen, the plan interpreter, the printer ``looptext``,
 explain) each dispatch on the node class through one table, so a new kind is a class here plus one
@@ -293,12 +293,14 @@ class RowNest:
 
 
 @dataclass(frozen=True, eq=False)
-class ScatterAdd:
-    """For every point i of ``domain``: ``at(i) += expr(i)``, where ``at`` addresses the output
-    (a ``Gather`` over it), so repeated positions accumulate. The output is filled first."""
+class Scatter:
+    """For every point i of ``domain``, in C order: ``at(i) += expr(i)`` (``accumulate``: repeated
+    positions add up), or ``at(i) = expr(i)`` (the last point written to a position wins), where
+    ``at`` addresses the output (a ``Gather`` over it). The output is filled first."""
     domain: tuple[int, ...]
     at: Gather
     expr: Expr
+    accumulate: bool = True
     kind = "scatter"
 
     @property
@@ -385,7 +387,7 @@ class Lapack:
         return self.out.shape[:len(self.out.shape) - self.core[-1]]
 
 
-Instruction = Union[Gemm, Nest, RowNest, ScatterAdd, RangeCheck, Alias, Lapack]
+Instruction = Union[Gemm, Nest, RowNest, Scatter, RangeCheck, Alias, Lapack]
 
 
 def loop(out: Var, expr) -> Nest:

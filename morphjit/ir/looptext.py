@@ -6,7 +6,7 @@ from __future__ import annotations
 from .index import element, loop_vars
 from .literals import literal
 from .loops import (Acc, Alias, Apply, Const, Gather, Gemm, Instruction, Lapack, Load, Nest, OneHot, Position,
-                    Random, RangeCheck, RowNest, ScatterAdd, gather_indices)
+                    Random, RangeCheck, RowNest, Scatter, gather_indices)
 from .program import Namer
 
 
@@ -38,10 +38,11 @@ def _describe_range_check(ins: RangeCheck, names, target, flag) -> list[str]:
     return [f"  check {ins.low} <= {names.use(ins.values)} < {ins.extent}"]
 
 
-def _describe_scatter(ins: ScatterAdd, names, target, flag) -> list[str]:
+def _describe_scatter(ins: Scatter, names, target, flag) -> list[str]:
     idx = loop_vars(len(ins.domain))
     at = describe_expr(ins.at, names, idx).replace(names.use(ins.at.var), target(ins.at.var), 1)
-    return [f"  scatter over {list(ins.domain)}", f"    {at} += {describe_expr(ins.expr, names, idx)}"]
+    combine = "+=" if ins.accumulate else "="
+    return [f"  scatter over {list(ins.domain)}", f"    {at} {combine} {describe_expr(ins.expr, names, idx)}"]
 
 
 def _describe_rows(ins: RowNest, names, target, flag) -> list[str]:
@@ -57,7 +58,7 @@ def _describe_nest(ins: Nest, names, target, flag) -> list[str]:
 
 
 DESCRIBE = {Gemm: _describe_gemm, Alias: _describe_alias, RangeCheck: _describe_range_check,
-            RowNest: _describe_rows, Nest: _describe_nest, ScatterAdd: _describe_scatter, Lapack: _describe_lapack}
+            RowNest: _describe_rows, Nest: _describe_nest, Scatter: _describe_scatter, Lapack: _describe_lapack}
 
 
 def describe_nest(ins: Nest, names: Namer, target) -> list[str]:

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..backend import Fusion, Plan
-from ..ir import (OPS, VIEW, Alias, Binding, Gemm, Lapack, Namer, Nest, Program, RangeCheck, RowNest, ScatterAdd,
+from ..ir import (OPS, VIEW, Alias, Binding, Gemm, Lapack, Namer, Nest, Program, RangeCheck, RowNest, Scatter,
                   Var, batch_size, evaluate, format_binding)
 from ..native import vecmath, with_copied_generators
 from ..runtime import NativeStep, kernels
@@ -279,7 +279,7 @@ GROUP_OF = {
     Lapack: lambda ins: ("lapack", ins.out.shape),
     Alias: lambda ins: ("alias", ()),
     RangeCheck: lambda ins: ("check", ()),
-    ScatterAdd: lambda ins: ("scatter", ins.domain),
+    Scatter: lambda ins: ("scatter", ins.domain),
     RowNest: lambda ins: ("rows", ins.prefix),
     Nest: lambda ins: ("reduce" if ins.accumulations else "loop", ins.domain),
 }

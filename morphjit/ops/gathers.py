@@ -1,11 +1,13 @@
-"""Gathers and scatter-adds: the op records behind integer-array indexing.
+"""Gathers, scatter-adds and scatters: the op records behind integer-array indexing and writes.
 
 ``gather(x, *index, axis)`` reads ``x`` at the positions of ``m`` integer index arrays along the
 ``m`` axes starting at ``axis`` (the arrays broadcast to one shape ``B``): its shape is
 ``x.shape[:axis] + B + x.shape[axis + m:]``, NumPy's ``x[:, i, j]`` with adjacent index arrays.
 Negative indices count from the end. ``scatter_add(g, *index, shape, axis)`` is its transpose:
 zeros of ``shape`` with every element of ``g`` added at the position the gather reads it from,
-so repeated indices accumulate. Each is the other's VJP. ``names`` holds the argument path of
+so repeated indices accumulate. Each is the other's VJP. ``scatter(x, v, *index, axis)`` is NumPy's
+``x[:, i, j] = v`` as a new array: ``x`` with ``v`` (of the gathered shape) stored at the positions,
+where a position that repeats keeps the element of ``v`` last in C order, as NumPy's does. ``names`` holds the argument path of
 each index array that is an argument ("" for others), for the range check's message; a
 ``slice_length`` marks the read of a slice with traced bounds of that length, whose index is the
 axis length where NumPy's slice has no element (``api.indexing``), refused by its range check.
@@ -14,7 +16,7 @@ axis length where NumPy's slice has no element (``api.indexing``), refused by it
 
 In a loop a gather is a ``Gather`` expression (a load whose index along the picked axes is read
 from the index arrays), inlined into its consumers like any element-wise op; a scatter-add is a
-zero fill and a ``ScatterAdd`` instruction. Both read their operands from buffers (the index
+zero fill and a ``Scatter`` instruction, a scatter a copy of ``x`` and a ``Scatter`` that stores. Both read their operands from buffers (the index
 arrays are range-checked once per call by the plan, see ``backend.plan.range_checks``), except an iota
 no longer than its axis: a gather reads along it as along a loop index (``x[np.arange(n), y]``
 reads ``x[i, y[i]]``), with no index array and nothing to check.
@@ -25,7 +27,7 @@ import numpy as np
 
 from .. import api as A
 from ..ir import (DTYPES_BY_NAME, ELEMENTWISE, SOURCE, STRUCTURAL, Apply, Const, Gather, IndexMap, Load, Position,
-                  ScatterAdd, Sym, TensorType, broadcast_map, broadcast_shapes, defop, loop)
+                  Scatter, Sym, TensorType, broadcast_map, broadcast_shapes, defop, loop)
 from ..util import DtypeError, ShapeError
 
 
@@ -60,12 +62,27 @@ def _scatter_add_rule(types, shape, axis, names=(), slice_length=0):
     return TensorType(shape, g.dtype)
 
 
+def _scatter_rule(types, axis, names=()):
+    x, v, *index = types
+    _picked_axes("scatter", x.shape, len(index), axis)
+    expected = gathered_shape(x.shape, index_shape("scatter", index), axis, len(index))
+    if tuple(v.shape) != expected or v.dtype != x.dtype:
+        raise ShapeError(f"scatter: values {v} do not match the indexed shape {expected} of {x}")
+    return x
+
+
 def _numpy_key(index, axis: int) -> tuple:
     return (slice(None),) * axis + tuple(np.asarray(i, np.intp) for i in index)
 
 
 def _gather_impl(x, *index, axis, names=(), slice_length=0):
     return x[_numpy_key(index, axis)]
+
+
+def _scatter_impl(x, v, *index, axis, names=()):
+    out = np.array(x, copy=True)
+    out[_numpy_key(index, axis)] = v
+    return out
 
 
 def _scatter_add_impl(g, *index, shape, axis, names=(), slice_length=0):
@@ -120,14 +137,28 @@ def _scatter_add_nests(expr, b) -> list:
     axis, b_ndim = b.kwargs["axis"], g.ndim - b.out.ndim + len(index)
     here = IndexMap.identity(g.ndim)
     at = address(b.out, picks(expr, index, picked_extents(b), here, axis, b_ndim), here, axis, b_ndim)
-    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(g.shape, at, expr(g, here))]
+    return [loop(b.out, Const(0, b.out.dtype)), Scatter(g.shape, at, expr(g, here))]
+
+
+def _scatter_nests(expr, b) -> list:
+    """A copy of the array, then every element of the values stored at its position."""
+    x, v, *index = b.inputs
+    axis, b_ndim = b.kwargs["axis"], v.ndim - x.ndim + len(index)
+    here = IndexMap.identity(v.ndim)
+    at = address(b.out, picks(expr, index, picked_extents(b), here, axis, b_ndim), here, axis, b_ndim)
+    return [loop(b.out, expr(x, IndexMap.identity(x.ndim))), Scatter(v.shape, at, expr(v, here), accumulate=False)]
+
+
+def index_operands(b) -> list:
+    """The index arrays of a gather, scatter-add or scatter binding."""
+    return list(b.inputs[2:] if b.op == "scatter" else b.inputs[1:])
 
 
 def picked_extents(b) -> tuple:
-    """The extents of the axes a gather or scatter-add binding picks along, one per index array."""
-    shape = b.inputs[0].shape if b.op == "gather" else b.kwargs["shape"]
+    """The extents of the axes a gather, scatter-add or scatter binding picks along, one per index array."""
+    shape = b.kwargs["shape"] if b.op == "scatter_add" else b.inputs[0].shape
     axis = b.kwargs["axis"]
-    return tuple(shape[axis:axis + len(b.inputs) - 1])
+    return tuple(shape[axis:axis + len(index_operands(b))])
 
 
 def in_range(index, extent, producer: dict) -> bool:
@@ -143,7 +174,7 @@ def in_range(index, extent, producer: dict) -> bool:
 def _buffered(b, producer: dict) -> list:
     """The source of a gather and the index arrays, but those in range by construction."""
     source = [b.inputs[0]] if b.op == "gather" else []
-    return source + [i for i, n in zip(b.inputs[1:], picked_extents(b)) if not in_range(i, n, producer)]
+    return source + [i for i, n in zip(index_operands(b), picked_extents(b)) if not in_range(i, n, producer)]
 
 
 def _iota_rule(types, shape, axis, dtype):
@@ -170,8 +201,31 @@ def _scatter_add_vjp(g, ans, updates, *index, shape, axis, names=(), slice_lengt
     return (A.gather(g, index, axis, names, slice_length),) + (None,) * len(index)
 
 
+def _scatter_vjp(g, ans, x, v, *index, axis, names=()):
+    """The written positions get no gradient from before the write; of the values, only those
+    written last to their position (the others are overwritten) get the gradient there."""
+    zeros = A.full(v.shape, 0, g.dtype, like=g.trace)
+    written = A.gather(g, index, axis, names) * _last_written(x, v, index, axis)
+    return (A.scatter(g, zeros, index, axis, names), written) + (None,) * len(index)
+
+
+def _last_written(x, v, index, axis: int):
+    """1 where an element of the scatter's values is the last written to its position, else 0,
+    shaped to broadcast against the values."""
+    shape = broadcast_shapes("scatter", *(tuple(i.shape) for i in index))
+    if any(isinstance(d, Sym) for d in shape[1:]):
+        raise ShapeError("the gradient of a write at repeated indices needs the index arrays' trailing extents")
+    order = sum((A.iota(shape, k, np.int64, v.trace) * int(np.prod(shape[k + 1:], dtype=np.int64))
+                 for k in range(len(shape))), A.full(shape, 0, np.int64, like=v.trace))
+    positions = tuple(x.shape[axis:axis + len(index)])
+    last = A.full(positions, -1, np.int64, like=v.trace)
+    winners = A.gather(A.scatter(last, order, index, 0), index, 0) == order
+    return A.reshape(A.astype(winners, v.dtype), (1,) * axis + shape + (1,) * (v.ndim - axis - len(shape)))
+
+
 # The updates of a scatter-add are computed inside its loop.
 defop("gather", ELEMENTWISE, _gather_rule, _gather_impl, _gather_vjp, body=_gather_body, buffered=_buffered)
 defop("scatter_add", STRUCTURAL, _scatter_add_rule, _scatter_add_impl, _scatter_add_vjp,
       nests=_scatter_add_nests, buffered=_buffered)
+defop("scatter", STRUCTURAL, _scatter_rule, _scatter_impl, _scatter_vjp, nests=_scatter_nests, buffered=_buffered)
 defop("iota", SOURCE, _iota_rule, _iota_impl, body=_iota_body)

@@ -1,6 +1,7 @@
 """Views (index functions over one operand, owning no buffer: ``reshape``, ``transpose``,
 ``broadcast_to``, ``slice``, ``diagonal``) and the structural ops that move data
-(``concatenate``, and ``unslice``, the transpose of slicing)."""
+(``concatenate``; ``unslice``, the transpose of slicing; ``update_slice``, NumPy's
+``x[box] = v`` as a new array)."""
 from __future__ import annotations
 
 import math
@@ -149,6 +150,25 @@ def _unslice_impl(g, shape, starts, stops, steps):
     return out
 
 
+def _update_slice_rule(types, starts, stops, steps):
+    x, v = types
+    if slice_shape(starts, stops, steps) != v.shape or not len(starts) == x.ndim:
+        raise ShapeError(f"update_slice: slice of {x.shape} does not have shape {v.shape}")
+    same_dtype("update_slice", types)
+    return x
+
+
+def _update_slice_impl(x, v, starts, stops, steps):
+    out = np.array(x, copy=True)
+    out[slice_index(starts, stops, steps)] = v
+    return out
+
+
+def _update_slice_vjp(g, ans, x, v, starts, stops, steps):
+    zeros = A.full(v.shape, 0, g.dtype, like=g.trace)
+    return A.update_slice(g, zeros, starts, stops, steps), A.slice_array(g, starts, stops, steps)
+
+
 def _concatenate_nests(expr, b) -> list:
     """One nest per operand, storing it at its offset along the axis."""
     axis, start, parts = b.kwargs["axis"], 0, []
@@ -167,9 +187,17 @@ def _unslice_nests(expr, b) -> list:
     return [loop(b.out, Const(0, b.out.dtype)), Nest(g.shape, (scatter,))]
 
 
+def _update_slice_nests(expr, b) -> list:
+    """A copy of the array, then the values stored into the box."""
+    x, v = b.inputs
+    box = Store(b.out, slice_map(b.kwargs["starts"], b.kwargs["steps"]), expr(v, IndexMap.identity(v.ndim)))
+    return [loop(b.out, expr(x, IndexMap.identity(x.ndim))), Nest(v.shape, (box,))]
+
+
 defop("concatenate", STRUCTURAL, _concatenate_rule, lambda *xs, axis: np.concatenate(xs, axis),
       _concatenate_vjp, nests=_concatenate_nests)
 defop("unslice", STRUCTURAL, _unslice_rule, _unslice_impl,
             lambda g, ans, x, shape, starts, stops, steps: (A.slice_array(g, starts, stops, steps),),
       nests=_unslice_nests)
-
+defop("update_slice", STRUCTURAL, _update_slice_rule, _update_slice_impl, _update_slice_vjp,
+      nests=_update_slice_nests)

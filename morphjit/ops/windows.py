@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import api as A
 from ..api import unwindow, window, window_values
-from ..ir import (COMPOSITE, STRUCTURAL, VIEW, Const, Gather, IndexMap, Load, Nest, ScatterAdd, Store, Sym,
+from ..ir import (COMPOSITE, STRUCTURAL, VIEW, Const, Gather, IndexMap, Load, Nest, Scatter, Store, Sym,
                   TensorType, defop, loads, loop, reduced_shape)
 from ..util import ShapeError
 
@@ -69,7 +69,7 @@ def _unwindow_nests(expr, b) -> list:
     if tiles(b.out.shape, g.shape, b.kwargs["coeffs"]):
         return [Nest(domain, (Store(b.out, imap, expr(g, loops)),))]
     at = Gather(b.out, imap, (None,) * b.out.ndim)
-    return [loop(b.out, Const(0, b.out.dtype)), ScatterAdd(domain, at, expr(g, loops))]
+    return [loop(b.out, Const(0, b.out.dtype)), Scatter(domain, at, expr(g, loops))]
 
 
 def _read_order(body, ndim: int) -> tuple[int, ...]:

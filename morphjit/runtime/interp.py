@@ -13,7 +13,7 @@ import numpy as np
 
 from ..backend import check_not_empty, empty_reductions, range_checks
 from ..ir import (OPS, Acc, Alias, Apply, Const, Gather, Gemm, IndexMap, Lapack, Lit, Load, Namer, Nest, OneHot,
-                  Position, Program, Random, RangeCheck, RowNest, ScatterAdd, batch_size, evaluate, format_binding)
+                  Position, Program, Random, RangeCheck, RowNest, Scatter, batch_size, evaluate, format_binding)
 from ..native import OUT_OF_RANGE, random as rng
 
 
@@ -90,10 +90,14 @@ def check_range(values: np.ndarray, ins: RangeCheck, batch) -> None:
         raise OUT_OF_RANGE[ins.error](ins.what, low, extent, values[tuple(bad[0])], *(int(i) for i in bad[0]))
 
 
-def _scatter_add(m: Machine, ins: ScatterAdd) -> None:
+def _scatter(m: Machine, ins: Scatter) -> None:
     domain = evaluate(ins.domain, m.batch)
     values = _evaluate(ins.expr, domain, m.buffer, {}, m.batch)
-    np.add.at(m.buffer(ins.at.var), _gather_index(ins.at, domain, m.buffer, m.batch), values)
+    index = _gather_index(ins.at, domain, m.buffer, m.batch)
+    if ins.accumulate:
+        np.add.at(m.buffer(ins.at.var), index, values)
+    else:
+        m.buffer(ins.at.var)[index] = values     # C order: the last point written to a position wins
 
 
 def _alias(m: Machine, ins: Alias) -> None:
@@ -118,7 +122,7 @@ def _nests(m: Machine, ins) -> None:
 
 
 RUN = {RangeCheck: _check_range, Alias: _alias, Gemm: _gemm, Lapack: _lapack, Nest: _nests, RowNest: _nests,
-       ScatterAdd: _scatter_add}
+       Scatter: _scatter}
 
 
 def _run_nest(nest, buffer, batch) -> None:

@@ -3,7 +3,7 @@ traced twice and a value frozen at trace time refused (``twice``); library funct
 reach a tracer's dispatch are replaced while traces run (``substitutes``). The tracer's operators
 and methods are the array layer's, installed from above (``morphjit.api.methods``).
 """
-from . import tracer as tracer
+from . import storage as storage, tracer as tracer
 from .substitutes import ANY_TRACE as ANY_TRACE, SYMBOLIC_EXTENT as SYMBOLIC_EXTENT
 from .tracer import (LEAF_TRACERS as LEAF_TRACERS, SUPPORTED_DTYPES as SUPPORTED_DTYPES, NotAnArray as NotAnArray,
                      Trace as Trace, Tracer as Tracer, argument_names as argument_names,

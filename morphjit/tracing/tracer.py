@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 import threading
 
 import numpy as np
 
-from ..ir import BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, Binding, Lit, Program, TensorType, Var, params_of
+from ..ir import BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, VIEW, Binding, Lit, Program, TensorType, Var, params_of
 from ..util import DtypeError, MorphjitError, TracingError, UnsupportedError, guarded, pytree, user_location
+from . import storage
 from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
 
 
@@ -22,31 +24,60 @@ class Trace:
         self.closed = False
         self.loc = None  # when set, the source location given to new bindings
         self.paths: dict[int, str] = {}  # id(input var) -> the argument path it stands for
+        self.producers: dict[int, Binding] = {}   # id(var) -> the binding computing it
 
     def bind(self, op_name: str, operands, **params) -> "Tracer":
-        """Append one binding; operands are tracers of this trace, literals or NumPy arrays."""
+        """Append one binding; operands are tracers of this trace, literals or NumPy arrays. A
+        view op of a tracer gives a view of its storage (``storage``), as NumPy's would be."""
         if self.closed:
             raise escaped_tracer_error()
         op = OPS[op_name]
-        inputs = [self.operand(x, lift_literals=op.kind != ELEMENTWISE) for x in operands]
+        known = self._known_operands(operands, read=op.kind != VIEW)
+        if known is not None:
+            return self._computed(op_name, op, operands, known, params)
+        inputs = [self.operand(x, lift_literals=op.kind != ELEMENTWISE, read=op.kind != VIEW) for x in operands]
         frozen = params_of(params)
         if op.kind == ELEMENTWISE and inputs and all(isinstance(x, Lit) for x in inputs):
             return Tracer(self, self._fold(op_name, inputs, dict(frozen)))
+        out = Tracer(self, self.record(op_name, inputs, dict(frozen)))
+        source = operands[0] if operands else None
+        if op.kind == VIEW and isinstance(source, Tracer):
+            storage.make_view(source, out, op_name, frozen)
+        elif any(isinstance(x, Tracer) and not x.contiguous() for x in operands):
+            out.layout = "unknown"
+        return out
+
+    def record(self, op_name: str, inputs: list, params: dict):
+        """Append one binding of IR operands; its output ``Var``."""
+        op = OPS[op_name]
         loc = self.loc or user_location()
         try:
-            out_type = op.infer([x.type for x in inputs], **dict(frozen))
+            out_type = op.infer([x.type for x in inputs], **params)
         except MorphjitError as e:
             e.loc = e.loc or loc
             raise
         out = Var(out_type)
-        self.bindings.append(Binding(out, op_name, tuple(inputs), frozen, loc))
-        return Tracer(self, out)
+        self.bindings.append(Binding(out, op_name, tuple(inputs), params_of(params), loc))
+        self.producers[id(out)] = self.bindings[-1]
+        return out
 
-    def operand(self, x, lift_literals: bool):
-        """The IR operand for a tracer, literal or captured array."""
+    def same_value(self, a, b, depth: int = 8) -> bool:
+        """Whether ``a`` and ``b`` are computed alike (the same ops, parameters and inputs, to ``depth``)."""
+        if a is b:
+            return True
+        p, q = self.producers.get(id(a)), self.producers.get(id(b))
+        if p is None or q is None or depth == 0 or (p.op, p.kwargs) != (q.op, q.kwargs) or len(p.inputs) != len(q.inputs):
+            return isinstance(a, Lit) and isinstance(b, Lit) and (a.value, a.dtype) == (b.value, b.dtype)
+        return all(self.same_value(x, y, depth - 1) for x, y in zip(p.inputs, q.inputs))
+
+    def operand(self, x, lift_literals: bool, read: bool = True):
+        """The IR operand for a tracer, literal or captured array (whose elements are ``read``:
+        not only viewed)."""
         if isinstance(x, Tracer):
             if x.trace is not self:
                 raise escaped_tracer_error()
+            if read and x.storage is not None and x.storage.unwritten is not None:
+                x.storage.check_written(x.steps)
             x = x.operand
         elif isinstance(x, np.ndarray):
             x = self._const(x)
@@ -64,6 +95,30 @@ class Trace:
             # Keep `array` alive: a temporary's id may otherwise be reused by a later array.
             self._const_vars[key] = (array, var)
         return self._const_vars[key][1]
+
+    @staticmethod
+    def _known_operands(operands, read: bool) -> list | None:
+        """The NumPy values of ``operands`` where each tracer among them is a buffer that is still
+        known (made with NumPy in the function, with nothing traced written into it); else None."""
+        tracers = [x for x in operands if isinstance(x, Tracer)]
+        if not tracers or any(x.storage is None or x.storage.known is None for x in tracers):
+            return None
+        for x in tracers:
+            if read and x.storage.unwritten is not None:
+                x.storage.check_written(x.steps)
+        return [x.concrete() if isinstance(x, Tracer) else np.asarray(x.value, x.dtype) if isinstance(x, Lit) else x
+                for x in operands]
+
+    def _computed(self, op_name: str, op, operands, values: list, params: dict):
+        """An op of known buffers, computed as NumPy would: a view of a buffer is a view of it (which
+        a later traced write reaches), anything else a new known buffer (which traced keys can index)."""
+        if op.kind == VIEW:
+            out = Tracer(self, None)
+            storage.make_view(operands[0], out, op_name, params_of(params))
+            if out.storage is not None:
+                out.seen = -1
+                return out
+        return Tracer.buffer(self, np.asarray(op.impl(*values, **params)))
 
     @staticmethod
     def _fold(op_name: str, inputs: list[Lit], params: dict) -> Lit:
@@ -85,13 +140,53 @@ class Tracer:
     protocols are the array layer's, installed on this class once (``morphjit.api.methods``).
     """
 
-    __slots__ = ("trace", "operand", "weak")
+    __slots__ = ("trace", "_operand", "weak", "storage", "steps", "seen", "layout", "__weakref__")
     __array_priority__ = 1000
 
     def __init__(self, trace: Trace, operand, weak: bool = False):
         self.trace = trace
-        self.operand = operand
+        self._operand = operand
         self.weak = weak  # a Python scalar argument: promotes like one (NumPy's NEP 50)
+        self.storage = None   # a view of an array (storage.Storage), or None: a value of its own
+        self.steps, self.seen = (), 0
+        self.layout = "C"     # its storage's when it gets one (`storage.Storage.layout`)
+
+    @property
+    def operand(self):
+        """The IR value of the array as it is now (re-read where its storage was written since)."""
+        s = self.storage
+        if s is not None and self.seen != s.version:
+            self._operand, self.seen = s.read(self.steps), s.version
+        return self._operand
+
+    @classmethod
+    def buffer(cls, trace: Trace, array: np.ndarray, layout: str = "C") -> "Tracer":
+        """A buffer the traced function made with NumPy: ``array`` until a traced value is written into it."""
+        x = cls(trace, None)
+        x.storage, x.seen = storage.Storage(trace, None, layout=layout, known=array), -1
+        return x
+
+    def own_storage(self, origin: str | None = None) -> "storage.Storage":
+        """The storage this array views, made (with the array its whole view) where it has none."""
+        if self.storage is None:
+            self.storage = storage.Storage(self.trace, self._operand, origin, self.layout)
+            self.steps, self.seen = (), 0
+        return self.storage
+
+    def concrete(self) -> np.ndarray | None:
+        """The NumPy view this array is of a buffer that is still known (see `storage.Storage.known`)."""
+        s = self.storage
+        return None if s is None or s.known is None else storage.concrete_view(s.known, self.steps)
+
+    def contiguous(self, order: str = "C") -> bool:
+        """Whether NumPy's array would be C- (or F-) contiguous, as far as morphjit follows layouts."""
+        if self.storage is None:
+            return self.layout == order or self.layout != "unknown" and self.ndim <= 1
+        if self.storage.layout == "unknown":
+            return False
+        if not self.steps:
+            return self.storage.layout == order or self.ndim <= 1
+        return storage.contiguous(self.storage, self.steps, order)
 
     @property
     def type(self) -> TensorType:
@@ -111,7 +206,7 @@ class Tracer:
 
     def __len__(self) -> int:
         if not self.shape:
-            raise TypeError("len() of a 0-d traced array")
+            raise numpy_write_error() or TypeError("len() of a 0-d traced array")
         return self.shape[0]
 
     def __iter__(self):
@@ -126,15 +221,24 @@ class Tracer:
 
     # Python asks for concrete values here; a tracer has none.
     def __bool__(self):
+        if self.concrete() is not None:
+            return bool(self.concrete())
         raise concrete_value_error("bool() or an `if`/`while` test", "use mj.where(cond, a, b) instead")
 
     def __float__(self):
-        raise concrete_value_error("float()", "keep the value as an array")
+        if self.concrete() is not None:
+            return float(self.concrete())
+        raise numpy_write_error() or concrete_value_error("float()", "keep the value as an array")
 
     def __int__(self):
+        if self.concrete() is not None:
+            return int(self.concrete())
         raise concrete_value_error("int()", "shapes are static: use x.shape")
 
-    __index__ = __int__
+    def __index__(self):
+        if self.concrete() is not None:
+            return self.concrete().__index__()
+        raise concrete_value_error("an index", "shapes are static: use x.shape")
 
     def __hash__(self):
         return id(self)
@@ -143,6 +247,18 @@ class Tracer:
         if device != self.device:
             raise ValueError(f"device {device!r}: traced arrays live on {self.device!r}")
         return self
+
+
+def numpy_write_error() -> UnsupportedError | None:
+    """The error of a line writing a traced value into a NumPy array (``a[i] = x``, which makes
+    NumPy convert it), or None for other lines."""
+    loc = user_location()
+    if loc is None or not re.search(r"\]\s*[-+*/]?=(?!=)", loc.code or ""):
+        return None
+    return UnsupportedError("this line writes a traced value into a NumPy array, which cannot hold one (and a "
+                            "compiled function never changes an array from outside it): make the array inside "
+                            "the traced function (np.zeros(...), or a.copy() of a captured array a), and write "
+                            "into that", loc)
 
 
 def concrete_value_error(what: str, hint: str) -> TracingError:
@@ -175,13 +291,14 @@ def trace_with_tree(fn, args, batched=frozenset()):
     t = Trace()
     tracers = [input_tracer(t, leaf, readable_path(p, names), k in batched)
                for k, (leaf, p) in enumerate(zip(leaves, paths))]
-    t.paths.update((id(x.operand), readable_path(p, names)) for x, p in zip(tracers, paths))
+    inputs = tuple(x.operand for x in tracers)
+    t.paths.update((id(x), readable_path(p, names)) for x, p in zip(inputs, paths))
     try:
         out_leaves, out_tree = recorded(t, bool(batched), lambda: pytree.flatten(fn(*pytree.unflatten(treedef, tracers))))
         outputs = tuple(output_var(t, x) for x in out_leaves)
     finally:
         t.closed = True
-    program = Program(tuple(x.operand for x in tracers), tuple(t.bindings), outputs, tuple(t.consts),
+    program = Program(inputs, tuple(t.bindings), outputs, tuple(t.consts),
                       getattr(fn, "__name__", "program"))
     return program, out_tree
 
@@ -237,6 +354,8 @@ LEAF_TRACERS: dict = {}
 
 
 def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
+    if isinstance(leaf, Tracer) and leaf.concrete() is not None:
+        leaf = np.array(leaf.concrete())     # a buffer an enclosing trace made, still NumPy's array
     maker = LEAF_TRACERS.get(type(leaf))
     if maker is not None:
         return maker(t, leaf, path)
@@ -248,7 +367,10 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
             raise DtypeError(f"argument {path} has dtype {leaf.dtype}; morphjit traces "
                              f"float32, float64, int32, int64 and bool arrays", user_location())
         shape = np.shape(leaf)
-        return Tracer(t, Var(TensorType((BATCH_SIZE,) + shape[1:] if batched else shape, leaf.dtype)))
+        x = Tracer(t, Var(TensorType((BATCH_SIZE,) + shape[1:] if batched else shape, leaf.dtype)))
+        if isinstance(leaf, np.ndarray):
+            x.own_storage(f"argument {path}")
+        return x
     raise TracingError(f"argument {path} is a {type(leaf).__name__}, which cannot be traced: pass NumPy "
                        f"arrays, Python scalars, or dicts, lists and tuples of them", user_location())
 

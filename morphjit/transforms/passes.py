@@ -1,6 +1,7 @@
 """Program-to-program passes over the joint SSA program, run before fusion: simplification
-(``rewrites``), common-subexpression elimination and dead-code elimination, run in turn by
-`optimize` until a round changes nothing.
+(``rewrites``), common-subexpression elimination, dead-code elimination and the scheduling of
+updates after the other readers of what they update; `optimize` runs the first three in turn
+until a round changes nothing, then schedules the updates.
 
 Every pass is a pure function from a program to a program that returns its argument itself when
 it changes nothing, so the pipeline knows when it has reached a fixpoint. A rewrite always gives
@@ -60,6 +61,49 @@ def cse(program: Program) -> Program:
 
 
 # ---------------------------------------------------------------------------------------------
+# Updates last: an array dies at its update, which the planner then makes in place
+
+UPDATES = ("update_slice", "scatter")   # ops whose first operand is the array they update
+
+
+def sink_updates(program: Program) -> Program:
+    """Move each update (``update_slice``, ``scatter``) below the later readers of the array it
+    updates that do not depend on it, with what they need: the array then dies at the update.
+    (A backward pass reads the cotangent it zeroes a box of; a forward pass, rarely.)"""
+    bindings = list(program.bindings)
+    moved = False
+    for b in [b for b in bindings if b.op in UPDATES]:
+        at = next(i for i, c in enumerate(bindings) if c is b)
+        before = _readers_first(bindings[at + 1:], b)
+        if before is not None:
+            rest = [c for c in bindings[at + 1:] if id(c) not in before]
+            bindings[at:] = [c for c in bindings[at + 1:] if id(c) in before] + [b] + rest
+            moved = True
+    return program.replace(bindings=tuple(bindings)) if moved else program
+
+
+def _readers_first(later: list[Binding], update: Binding) -> set[int] | None:
+    """The ids of the bindings of ``later`` to schedule before ``update``: the readers of its old
+    array that do not depend on it, and what they need from ``later``; None if there are none."""
+    old, depends = update.inputs[0], {id(update.out)}
+    for c in later:
+        if any(id(x) in depends for x in c.inputs):
+            depends.add(id(c.out))
+    readers = [c for c in later if any(x is old for x in c.inputs) and id(c.out) not in depends
+               and not (c.op in UPDATES and c.inputs[0] is old)]  # two updates of one array: one copies
+    if not readers:
+        return None
+    producer = {id(c.out): c for c in later}
+    needed, stack = set(), list(readers)
+    while stack:
+        c = stack.pop()
+        if id(c) not in needed:
+            needed.add(id(c))
+            stack += [producer[id(x)] for x in c.inputs if id(x) in producer]
+    return needed
+
+
+# ---------------------------------------------------------------------------------------------
 # The pipeline
 
 PIPELINE: tuple[tuple[str, Callable[[Program], Program]], ...] = (
@@ -70,24 +114,29 @@ PIPELINE: tuple[tuple[str, Callable[[Program], Program]], ...] = (
 
 
 def optimize(program: Program) -> Program:
-    """Run the passes of ``PIPELINE`` in turn until a whole round changes nothing.
+    """Run the passes of ``PIPELINE`` in turn until a whole round changes nothing, then schedule
+    the updates (`sink_updates`, once: it reorders, so no other pass gains from it).
 
     ``MORPHJIT_DUMP=<pass>[,<pass>...]|all`` prints the program before and after those passes
     (to stderr); ``MORPHJIT_VERIFY=1`` (see ``util.config``) verifies the program after every pass.
     """
-    check = config.verify()
     changed = True
     while changed:
         changed = False
         for name, run_pass in PIPELINE:
-            shown = config.dumped(name)
-            if shown:
-                print(f"--- {program.name}: before {name}\n{program}", file=sys.stderr)
-            result = run_pass(program)
-            if shown:
-                print(f"--- {program.name}: after {name}\n{result}", file=sys.stderr)
-            if check:
-                result.verify()
+            result = _run(name, run_pass, program)
             changed |= result is not program
             program = result
-    return program
+    return _run("sink_updates", sink_updates, program)
+
+
+def _run(name: str, run_pass: Callable[[Program], Program], program: Program) -> Program:
+    shown = config.dumped(name)
+    if shown:
+        print(f"--- {program.name}: before {name}\n{program}", file=sys.stderr)
+    result = run_pass(program)
+    if shown:
+        print(f"--- {program.name}: after {name}\n{result}", file=sys.stderr)
+    if config.verify():
+        result.verify()
+    return result

@@ -5,7 +5,8 @@ leaf lists (``pytree``), the indented source builder and the sections Ctrl-C doe
 from . import config as config, pytree as pytree
 from .config import vecmath_enabled as vecmath_enabled
 from .errors import (ArgumentError as ArgumentError, ArgumentOverflowError as ArgumentOverflowError,
-                     DtypeError as DtypeError, IndexingError as IndexingError, MorphjitError as MorphjitError,
+                     ArgumentWriteError as ArgumentWriteError, DtypeError as DtypeError,
+                     IndexingError as IndexingError, LayoutError as LayoutError, MorphjitError as MorphjitError,
                      ShapeError as ShapeError, SourceLoc as SourceLoc, TracingError as TracingError,
                      UnsupportedError as UnsupportedError, inside_package as inside_package,
                      user_location as user_location)

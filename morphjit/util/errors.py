@@ -63,6 +63,15 @@ class UnsupportedError(MorphjitError, NotImplementedError):
     """A NumPy function or construct that morphjit has no rule for."""
 
 
+class ArgumentWriteError(UnsupportedError):
+    """A write, inside the traced function, into an argument or a NumPy array from outside it:
+    a compiled function never changes what it was given."""
+
+
+class LayoutError(UnsupportedError):
+    """A write whose result would depend on a memory layout morphjit does not follow."""
+
+
 class ArgumentError(MorphjitError, ValueError):
     """An argument's value is one NumPy refuses with a ValueError (a negative scale, a bound
     outside its dtype, a size the parameters of a draw do not broadcast to)."""

@@ -93,11 +93,11 @@ def test_array_api_extra_at_updates_a_copy_of_a_traced_array():
     np.testing.assert_array_equal(z, [5.0, 7.0, 7.0, -np.inf])
 
 
-def test_array_api_extra_at_with_copy_false_and_plain_item_assignment_are_refused():
+def test_array_api_extra_at_with_copy_false_and_item_assignment_into_an_argument_are_refused():
     with pytest.raises(mj.UnsupportedError, match=r"copy=False\) on a traced array is not supported") as error:
         mj.trace(lambda x: xpx.at(x, 0).set(1.0, copy=False, xp=xp), np.ones(3))
     assert error.value.loc.filename == __file__   # the user's line, not SciPy's that raised it
-    with pytest.raises(mj.UnsupportedError, match=r"item assignment .* mj\.at"):
+    with pytest.raises(mj.ArgumentWriteError, match=r"argument x"):
         mj.trace(lambda x: x.__setitem__(0, 1.0), np.ones(3))
 
 

@@ -101,6 +101,8 @@ KEYWORD_CALLS = {
     "clip min or max": lambda x: np.clip(x, min=-0.3) + x.clip(max=0.1) + np.clip(x, -0.2, None),
     "reshape shape copy": lambda x: np.reshape(x, shape=(-1, 2), copy=True) + x.reshape(10, 2, copy=False),
     "ravel F": lambda x: np.ravel(x, order="F") * np.arange(20.0) + x.ravel("A"),
+    "reshape F": lambda x: np.reshape(x, (5, 4), order="F") * np.arange(4.0) + x.T.reshape(-1, order="A")[:4]
+    + x[:, ::2].ravel("K")[:4].sum() + x.T.ravel("K")[1],
     "like shape device": lambda x: np.full_like(x, 2.0, shape=(5,), order="F", device="cpu") * x[0]
     + np.ones_like(x, shape=(4, 1), subok=False) * x + np.zeros_like(x, shape=()),
     "take wrap": lambda x: np.take(x, np.array([5, -7, 1, 12]), axis=1, mode="wrap"),
@@ -184,7 +186,6 @@ REFUSED = {   # keyword -> a call that gives it a value morphjit has no rule for
     "where= of a ufunc": lambda x: np.exp(x, where=x > 0),
     "casting= of clip": lambda x: np.clip(x, 0, 1, casting="unsafe"),
     "reflect_type='odd'": lambda x: np.pad(x, 1, mode="reflect", reflect_type="odd"),
-    "order='F' of reshape": lambda x: np.reshape(x, (2, 3), order="F"),
     "where of x[mask]": lambda x: np.sum(x[x > 0], where=True) + np.sum(x[x > 0], where=False),
 }
 

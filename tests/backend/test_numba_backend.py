@@ -54,6 +54,10 @@ def every_op(p, labels, mask):
     loss = loss + mj.sum(mj.tanh(x[:, labels]) * y[:, :4]) + mj.sum(x[np.array([3, 0, 3, -1]), labels[::-1]]) + mj.sum(x.T[labels, 1:3])
     loss = loss + mj.sum(mj.reshape(x, (2, 12)).astype(np.float32).astype(x.dtype) ** 2) * 0.01
     loss = loss + mj.sum(np.take_along_axis(x, labels[:, None], axis=1) * y[:, :1])   # an iota
+    written = mj.exp(x)
+    written[1:3, ::2] = y[:2, :3] * 2.0                 # update_slice
+    written[labels[::-1] % 4] = mj.tanh(y)              # scatter, repeated rows: the last wins
+    loss = loss + mj.sum(written * y)
     return loss + sum(mj.sum(t) * 0.01 for t in _extended_terms(x, y, pos))
 
 

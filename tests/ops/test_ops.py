@@ -239,6 +239,31 @@ def _scatter_add_ref(g, index, shape, axis):
     return out
 
 
+def scatter_make(rng, dt):
+    shape = rand_shape(rng, 1, 3, max_dim=5)
+    axis = int(rng.integers(0, len(shape)))
+    index = rng.integers(-shape[axis], shape[axis], size=rand_shape(rng, 0, 2))   # repeats likely
+    x, v = values(rng, shape, dt), values(rng, shape[:axis] + index.shape + shape[axis + 1:], dt)
+    return (x, v, index), dict(axis=axis)
+
+
+def _scatter_ref(x, v, index, axis):
+    out = x.copy()
+    out[(slice(None),) * axis + (index,)] = v       # NumPy's: the last of repeated positions wins
+    return out
+
+
+def update_slice_make(rng, dt):
+    (g,), box = unslice_make(rng, dt)
+    return (values(rng, box["shape"], dt), g), {k: box[k] for k in ("starts", "stops", "steps")}
+
+
+def _update_slice_ref(x, v, starts, stops, steps):
+    out = x.copy()
+    out[unslice_key(x.shape, starts, stops, steps)] = v
+    return out
+
+
 def unslice_make(rng, dt):
     shape = rand_shape(rng, 1, 3, max_dim=6)
     key = tuple(slice(*s) for s in (
@@ -721,6 +746,9 @@ def _cases():
         Case("iota", "times-position", times_position, lambda x, axis: x * np.indices(x.shape)[axis], iota_make),
         Case("scatter_add", "repeated-indices", lambda g, i, shape, axis: array_api.scatter_add(g, (i,), shape, axis),
              _scatter_add_ref, scatter_add_make),
+        Case("scatter", "repeated-indices", lambda x, v, i, axis: array_api.scatter(x, v, (i,), axis),
+             _scatter_ref, scatter_make),
+        Case("update_slice", "box", array_api.update_slice, _update_slice_ref, update_slice_make),
         Case("unslice", "unslice", array_api.unslice,
              lambda g, shape, starts, stops, steps: _place(g, shape, unslice_key(shape, starts, stops, steps)),
              unslice_make),

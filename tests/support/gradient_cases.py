@@ -293,6 +293,10 @@ case("check_parameter", lambda ns, x: (checks.checked(x, "rng.normal", "scale", 
                                        else x) * x, [(2, 3)], "scale", domain="pos")
 case("scatter_add", lambda ns, g: (A.scatter_add(g, (_DUP,), (4, 3), 0) if ns is mj
                                    else np.eye(4)[(_DUP % 4)].T @ g), [(5, 3)], "repeated")
+case("scatter", lambda ns, x, v: A.scatter(x, v, (_DUP,), 0) if ns is mj      # rows 2 and -1 repeat: last wins
+     else ns.stack([v[1], x[1], v[4], v[3]]), [(4, 3), (5, 3)], "repeated")
+case("update_slice", lambda ns, x, v: A.update_slice(x, v, (1, 0), (3, 3), (1, 2)) if ns is mj
+     else ns.concatenate([x[:1], ns.stack([v[:, 0], x[1:3, 1], v[:, 1]], axis=1), x[3:]]), [(4, 3), (2, 2)], "strided")
 
 
 

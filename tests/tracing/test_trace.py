@@ -43,6 +43,7 @@ def operands(rng, dtype):
 NUMPY_CASES = {
     # ufuncs
     "exp": lambda x: np.exp(x),
+    "copy": lambda x: np.copy(x) * 2,
     "log-sqrt-log1p": lambda x: (np.log(np.abs(x) + 1), np.sqrt(np.abs(x)), np.log1p(np.abs(x))),
     "trig": lambda x: (np.sin(x), np.cos(x), np.tanh(x)),
     "sign-abs-neg-pos": lambda x: (np.sign(x), np.absolute(x), np.negative(x), np.positive(x), abs(x), -x, +x),

@@ -11,7 +11,7 @@ shape () are passed as one-element vectors.
 """
 from __future__ import annotations
 
-from ...ir import (OPS, Acc, Alias, Gemm, IndexMap, Lapack, Load, Namer, Nest, RangeCheck, RowNest, ScatterAdd,
+from ...ir import (OPS, Acc, Alias, Gemm, IndexMap, Lapack, Load, Namer, Nest, RangeCheck, RowNest, Scatter,
                    Var, broadcast_map, element, internal_shape, literal, loop_vars)
 from ...native import OUT_OF_RANGE
 from ...util import Source
@@ -47,13 +47,13 @@ class Writer:
         error = OUT_OF_RANGE[ins.error].__name__
         self.out.line(f"raise rt.{error}({ins.what!r}, {ins.low}, {ins.extent}, value, {', '.join(idx)})")
 
-    def scatter(self, ins: ScatterAdd) -> None:
+    def scatter(self, ins: Scatter) -> None:
         body = Body(self.out, self.names, loop_vars(len(ins.domain)), self.offsets)
         exprs = [ins.expr, *ins.at.children()]
         domain = self.loop_extents([ins.expr, ins.at], ins.domain)
         with hoisting_loops(self.out, body, exprs, domain, list(range(len(ins.domain)))):
             value = body.value(ins.expr)
-            self.out.line(f"{body.gather(ins.at)} += {value}")
+            self.out.line(f"{body.gather(ins.at)} {'+=' if ins.accumulate else '='} {value}")
 
     def offsets(self, imap: IndexMap) -> IndexMap:
         """How a load or store spells ``imap``: here with its offsets as numbers."""
@@ -194,4 +194,4 @@ class Writer:
 
 
 WRITE = {RangeCheck: Writer.rangecheck, Alias: Writer.alias, Gemm: Writer.gemm, Lapack: Writer.lapack,
-         Nest: Writer.nest, RowNest: Writer.rownest, ScatterAdd: Writer.scatter}
+         Nest: Writer.nest, RowNest: Writer.rownest, Scatter: Writer.scatter}
