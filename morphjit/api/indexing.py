@@ -78,7 +78,7 @@ def _placed(x, key, v):
         out = np.zeros(x.shape, np.result_type(x, v))
         np.add.at(out, key, v)
         return out
-    x = x if isinstance(x, Tracer) else Tracer(t, t.operand(x, lift_literals=False))
+    x = x.recorded() if isinstance(x, Tracer) else Tracer(t, t.operand(x, lift_literals=False))
     start = len(t.bindings)
     picked = getitem(x, key)
     if isinstance(picked, Masked):
@@ -357,7 +357,23 @@ def _advanced_getitem(a, key):
     if positions != list(range(positions[0], positions[0] + len(positions))):
         others = [j for j in range(viewed.ndim) if j not in positions]
         viewed, positions = A.transpose(viewed, tuple(positions + others)), list(range(len(positions)))
-    return A.gather(viewed, index, positions[0])
+    result = A.gather(viewed, index, positions[0])
+    if isinstance(result, Tracer) and result.storage is None:
+        result.layout = _advanced_layout(viewed, positions, result.ndim - viewed.ndim + len(positions))
+    return result
+
+
+def _advanced_layout(viewed, positions: list[int], index_ndim: int) -> str:
+    """The memory order of NumPy's integer-array indexing result, where morphjit can tell: NumPy
+    lays out the index dimensions outermost, the others after them (in their source's order), then
+    moves the index dimensions to where the indexed axes were: ``x[idx]`` of a C-ordered ``x`` is
+    C-ordered, ``x[:, idx]`` of a matrix F-ordered; otherwise "unknown"."""
+    rest = [d for j, d in enumerate(viewed.shape) if j not in positions]
+    if positions[0] == 0 and (sum(d != 1 for d in rest) <= 1 or viewed.contiguous("C")):
+        return "C"
+    if positions[0] == 1 and len(rest) == 1 and index_ndim == 1:
+        return "F"
+    return "unknown"
 
 
 def index_array(k, extent):

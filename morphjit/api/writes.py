@@ -204,6 +204,8 @@ def store_result(out: Tracer, result, name: str) -> None:
     ``out``'s, and its dtype cast to ``out``'s under ``same_kind``."""
     result = A.as_array(result)
     if not _broadcasts_to(tuple(A.shape_of(result)), tuple(out.shape)):
+        if any(isinstance(d, Sym) for d in (*A.shape_of(result), *out.shape)):
+            raise Specialize("an out= array and the result written into it match at one batch size")
         raise ValueError(f"non-broadcastable output operand with shape {tuple(out.shape)} doesn't match the "
                          f"broadcast shape {tuple(A.shape_of(result))}\n  at {user_location()}")
     if not np.can_cast(A.dtype_of(result), out.dtype, "same_kind"):

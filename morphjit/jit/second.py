@@ -33,6 +33,8 @@ def traced_grad(fn, params, *data, **static):
     t = A.trace_of(leaves)
     if t is None:
         return params     # nothing to differentiate
+    leaves = [x.recorded() if isinstance(x, Tracer) else x for x in leaves]
+    params = pytree.unflatten(treedef, leaves)
     start = len(t.bindings)
     loss = scalar_loss(fn, fn(params, *data, **static))
     grads = backward(t, t.bindings[start:], t.operand(loss, lift_literals=True), [x.operand for x in leaves])

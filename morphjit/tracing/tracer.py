@@ -8,7 +8,8 @@ import threading
 
 import numpy as np
 
-from ..ir import BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, VIEW, Binding, Lit, Program, TensorType, Var, params_of
+from ..ir import (BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, VIEW, Binding, Lit, Program, Sym, TensorType, Var,
+                  params_of)
 from ..util import DtypeError, MorphjitError, TracingError, UnsupportedError, guarded, pytree, user_location
 from . import storage
 from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
@@ -32,7 +33,7 @@ class Trace:
         if self.closed:
             raise escaped_tracer_error()
         op = OPS[op_name]
-        known = self._known_operands(operands, read=op.kind != VIEW)
+        known = None if symbolic(params) else self._known_operands(operands, read=op.kind != VIEW)
         if known is not None:
             return self._computed(op_name, op, operands, known, params)
         inputs = [self.operand(x, lift_literals=op.kind != ELEMENTWISE, read=op.kind != VIEW) for x in operands]
@@ -127,6 +128,12 @@ class Trace:
         return Lit(value.item(), value.dtype)
 
 
+def symbolic(params: dict) -> bool:
+    """Whether an op's parameters hold a batch size (which NumPy cannot compute with)."""
+    return any(isinstance(v, Sym) or isinstance(v, tuple) and any(isinstance(d, Sym) for d in v)
+               for v in params.values())
+
+
 def escaped_tracer_error() -> TracingError:
     return TracingError("a traced value escaped from an earlier trace (it was stored outside the "
                         "function, e.g. in a global or a closure, and used after tracing ended)",
@@ -177,6 +184,12 @@ class Tracer:
         """The NumPy view this array is of a buffer that is still known (see `storage.Storage.known`)."""
         s = self.storage
         return None if s is None or s.known is None else storage.concrete_view(s.known, self.steps)
+
+    def recorded(self) -> "Tracer":
+        """This array as a value whose ops are recorded: a known buffer's contents as a constant
+        (NumPy computes the ops of a known buffer without recording them), else itself."""
+        known = self.concrete()
+        return self if known is None else Tracer(self.trace, self.trace.operand(np.array(known), lift_literals=False))
 
     def contiguous(self, order: str = "C") -> bool:
         """Whether NumPy's array would be C- (or F-) contiguous, as far as morphjit follows layouts."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from ..ir import Binding, Program, Var
+from ..ir import OPS, VIEW, Binding, Program, Var
 from ..util import config
 from .rewrites import exact, operand_key, rebuild, simplify, substitute
 
@@ -84,12 +84,16 @@ def sink_updates(program: Program) -> Program:
 
 def _readers_first(later: list[Binding], update: Binding) -> set[int] | None:
     """The ids of the bindings of ``later`` to schedule before ``update``: the readers of its old
-    array that do not depend on it, and what they need from ``later``; None if there are none."""
+    array (or of a view of it) that do not depend on it, and what they need from ``later``; None
+    if there are none."""
     old, depends = update.inputs[0], {id(update.out)}
+    viewed = {id(old)}   # the old array and views of it, which loops read through to the array
     for c in later:
         if any(id(x) in depends for x in c.inputs):
             depends.add(id(c.out))
-    readers = [c for c in later if any(x is old for x in c.inputs) and id(c.out) not in depends
+        elif OPS[c.op].kind == VIEW and id(c.inputs[0]) in viewed:
+            viewed.add(id(c.out))
+    readers = [c for c in later if any(id(x) in viewed for x in c.inputs) and id(c.out) not in depends
                and not (c.op in UPDATES and c.inputs[0] is old)]  # two updates of one array: one copies
     if not readers:
         return None

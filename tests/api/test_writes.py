@@ -461,3 +461,30 @@ def test_an_index_out_of_range_in_a_write_raises_indexerror_naming_the_argument(
     np.testing.assert_allclose(step(np.ones(4), np.array([0, 3]))[0], run_numpy(f, (np.ones(4), np.array([0, 3]))))
     with pytest.raises(IndexError, match=r"index argument idx .* must lie in \[-4, 4\), got 7"):
         step(np.ones(4), np.array([0, 7]))
+
+
+X34 = np.arange(12.0).reshape(3, 4) / 8.0
+X234 = np.arange(24.0).reshape(2, 3, 4) / 16.0
+
+
+@pytest.mark.parametrize("x, key, outcome", [
+    (X34, ([2, 0, 1],), "numpy"),             # C-ordered: the ravel is a view
+    (X34, (slice(None), [1, 0, 3]), "numpy"),  # F-ordered: the ravel is a copy
+    (X34.T, ([3, 0],), "numpy"),
+    (X234, ([1, 0],), "numpy"),
+    (X234, (slice(None), [1, 0]), "refused"),  # NumPy's order is neither C nor F
+    (X234, (slice(None), slice(None), [1, 0]), "refused"),
+])
+def test_a_reshape_of_an_integer_array_index_is_a_view_where_numpy_makes_it_one(x, key, outcome):
+    """NumPy's memory order of ``x[idx]`` decides whether a later reshape is a view, which a write
+    then shows; where morphjit cannot tell the order, the write is refused, never guessed."""
+    def f(x):
+        z = x[key]
+        r = z.reshape(-1)
+        z += 1.0
+        return np.sum(r * np.linspace(0.5, 2.0, r.size)) + np.sum(z ** 2)
+    if outcome == "numpy":
+        check(f, x * 1.0)
+    else:
+        with pytest.raises(mj.LayoutError, match="ascontiguousarray"):
+            mj.compile_loss(f, backend="interp")(x * 1.0)
