@@ -130,10 +130,13 @@ def torch_step(name):
         tp = {k: torch.from_numpy(v).requires_grad_() for k, v in p.items()}
         tx = torch.from_numpy(x)
         if name == "rnn":
+            # autograd refuses a read of h[:, t - 1, :] that the next write into h changes: the
+            # step keeps the state it writes, as PyTorch code does
             h = torch.zeros((tx.shape[0], tx.shape[1], tp["Wh"].shape[0]), dtype=tx.dtype)
+            prev = tp["h0"]
             for t in range(tx.shape[1]):
-                prev = tp["h0"] if t == 0 else h[:, t - 1, :]
-                h[:, t, :] = torch.tanh(prev @ tp["Wh"] + tx[:, t, :] @ tp["Wx"] + tp["b"])
+                prev = torch.tanh(prev @ tp["Wh"] + tx[:, t, :] @ tp["Wx"] + tp["b"])
+                h[:, t, :] = prev
             value = (h ** 2).sum()
         else:
             out = torch.zeros((tx.shape[0], tp["W"].shape[1]), dtype=tx.dtype)
