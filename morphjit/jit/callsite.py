@@ -11,6 +11,7 @@ import numpy as np
 
 from ..cache import loaded_from_disk
 from ..ir import Specialize
+from ..tracing import storage
 from ..util import MorphjitError, ShapeError, pytree
 from .checks import ArgSpec, argument_paths, is_plain_array
 
@@ -36,8 +37,16 @@ def batched_leaves(leaves, params) -> frozenset[int]:
 
 def shape_key(treedef, leaves, batched) -> tuple:
     """A call's signature with the batch size left out: the key of a polymorphic step."""
-    return treedef, tuple((None,) + x.shape[1:] + (x.dtype,) if k in batched else leaf_signature(x)
+    return treedef, tuple((None,) + x.shape[1:] + (x.dtype,) + layout_tag(x) if k in batched else leaf_signature(x)
                           for k, x in enumerate(leaves))
+
+
+def layout_tag(leaf) -> tuple:
+    """``()`` for an array NumPy treats as C-ordered, else ``("F",)`` or ``("unknown",)``: NumPy's
+    results (``x * 1.0``, ``np.copy``) keep an input's order, which decides whether a later
+    reshape is a view, so a traced step holds for one layout."""
+    layout = storage.layout_of(leaf)
+    return () if layout == "C" else (layout,)
 
 
 def batch_mismatch(fn, spec: ArgSpec, leaves) -> ShapeError | None:
@@ -166,11 +175,12 @@ class Tally:
 
 
 def leaf_signature(leaf):
-    """What a compiled step depends on in an argument leaf: shape and dtype, or the scalar type.
+    """What a compiled step depends on in an argument leaf: shape, dtype and layout (`layout_tag`),
+    or the scalar type.
     An ndarray subclass that is refused has a signature of its own, so it is never served by the
     step of a plain array (``arg_spec`` refuses it)."""
     if isinstance(leaf, np.generic) or is_plain_array(leaf):
-        return leaf.shape, leaf.dtype
+        return (leaf.shape, leaf.dtype) + layout_tag(leaf)
     if isinstance(leaf, np.ndarray):
         return type(leaf), leaf.shape, leaf.dtype
     return type(leaf)

@@ -75,7 +75,7 @@ class FastPath(Source):
             self.line(f"if type({name}) is not {signature.__name__}: return None")
             self.line(f"{name} = ascontiguousarray({name}, D{k}).reshape(1)")
             return
-        shape, _ = signature
+        shape, _, *layout = signature
         if batch is None:
             self.env[f"P{k}"] = shape
             self.line(f"if type({name}) is not ndarray or {name}.shape != P{k} or {other_dtype(name, f'D{k}')}: return None")
@@ -92,6 +92,8 @@ class FastPath(Source):
         if written:
             self.line(f"if not ({name}.flags.c_contiguous and {name}.flags.writeable): return None")
         else:
+            if len(shape) >= 2:   # another layout is another signature (jit.callsite.layout_tag)
+                self.line(f"if {other_layout(name, layout[0] if layout else 'C')}: return None")
             self.line(f"if not {name}.flags.c_contiguous: {name} = ascontiguousarray({name})")
         if not shape:
             self.line(f"{name} = {name}.reshape(1)")
@@ -155,6 +157,13 @@ def other_dtype(name: str, dtype: str) -> str:
     equal dtypes need not be one object: an unpickled array (multiprocessing, joblib, Dask's
     transfers) has a copy of its dtype, which must not lose the fast path."""
     return f"({name}.dtype is not {dtype} and {name}.dtype != {dtype})"
+
+
+def other_layout(name: str, layout: str) -> str:
+    """The expression: array ``name`` (of two dimensions or more) is not of ``layout`` (see
+    ``tracing.storage.layout_of``)."""
+    c, f = f"{name}.flags.c_contiguous", f"{name}.flags.f_contiguous"
+    return {"C": f"not {c}", "F": f"{c} or not {f}"}.get(layout, f"{c} or {f}")
 
 
 class Unspellable(Exception):

@@ -122,6 +122,14 @@ class Storage:
         return f" at {self.made}" if self.made else ""
 
 
+def layout_of(array) -> str:
+    """The layout NumPy's operations on ``array`` follow: "C", "F", or "unknown" (strided). Arrays
+    of one dimension or none, and those both orders describe, count as C: NumPy treats them alike."""
+    if np.ndim(array) <= 1 or array.flags.c_contiguous:
+        return "C"
+    return "F" if array.flags.f_contiguous else "unknown"
+
+
 def concrete_view(array: np.ndarray, view: tuple) -> np.ndarray:
     """NumPy's view ``view`` of ``array`` (a concrete array of the storage's shape); through a
     read-only step, its value."""

@@ -45,7 +45,7 @@ class Trace:
         if op.kind == VIEW and isinstance(source, Tracer):
             storage.make_view(source, out, op_name, frozen)
         elif any(isinstance(x, Tracer) and not x.contiguous() for x in operands):
-            out.layout = "unknown"
+            out.layout = "F" if op.kind == ELEMENTWISE and fortran_operands(operands, out.shape) else "unknown"
         return out
 
     def record(self, op_name: str, inputs: list, params: dict):
@@ -126,6 +126,14 @@ class Trace:
         args = [np.asarray(x.value, x.dtype) for x in inputs]
         value = np.asarray(OPS[op_name].impl(*args, **params))
         return Lit(value.item(), value.dtype)
+
+
+def fortran_operands(operands, shape) -> bool:
+    """Whether the operands of an element-wise op that have its result's shape are all F-ordered:
+    NumPy's result is then F-ordered too (the broadcast ones do not decide)."""
+    full = [x for x in operands if isinstance(x, (Tracer, np.ndarray)) and tuple(x.shape) == tuple(shape)]
+    return len(shape) >= 2 and bool(full) and all(
+        x.contiguous("F") if isinstance(x, Tracer) else storage.layout_of(x) == "F" for x in full)
 
 
 def symbolic(params: dict) -> bool:
@@ -382,6 +390,7 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
         shape = np.shape(leaf)
         x = Tracer(t, Var(TensorType((BATCH_SIZE,) + shape[1:] if batched else shape, leaf.dtype)))
         if isinstance(leaf, np.ndarray):
+            x.layout = storage.layout_of(leaf)   # part of the call's signature (jit.callsite.leaf_signature)
             x.own_storage(f"argument {path}")
         return x
     raise TracingError(f"argument {path} is a {type(leaf).__name__}, which cannot be traced: pass NumPy "

@@ -488,3 +488,28 @@ def test_a_reshape_of_an_integer_array_index_is_a_view_where_numpy_makes_it_one(
     else:
         with pytest.raises(mj.LayoutError, match="ascontiguousarray"):
             mj.compile_loss(f, backend="interp")(x * 1.0)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_an_arguments_layout_decides_as_in_numpy_and_each_layout_has_its_step(backend):
+    """``x * 1.0`` and ``np.copy(x)`` keep an F-ordered argument's order in NumPy, so a reshape of
+    them is a copy, which a later write shows; a step traced for one layout never serves another."""
+    def f(x):
+        z = x * 1.0
+        w = np.copy(x)
+        r, s = z.reshape(-1), w.reshape(-1)
+        z[0, 1] = 50.0
+        w[1, 0] = -20.0
+        return np.sum(r * W6) + np.sum(s * W6 ** 2) + np.sum(z * W23) + np.sum(w * W23 ** 2)
+    step = mj.compile_loss(f, backend=backend)
+    c = W23 * 0.5 + 1.0
+    for x in (c, np.asfortranarray(c), c, np.asfortranarray(c)):
+        value, grad = step(x)
+        np.testing.assert_allclose(value, run_numpy(f, (x,)), rtol=1e-12)
+        order = "F" if x.flags.f_contiguous else "C"   # the differences keep the layout
+        check_loss_grads_fd(lambda xs: run_numpy(f, (np.asarray(xs[0], order=order),)), [x], [grad],
+                            rng=np.random.default_rng(0), eps=1e-6)
+    assert step.cache_info().misses == 2
+    strided = np.tile(c, (1, 2))[:, ::2]
+    with pytest.raises(mj.LayoutError, match="ascontiguousarray"):
+        step(strided)
