@@ -261,7 +261,9 @@ def test_fast_path_covers_every_tree_and_falls_back_on_mismatch():
             for g, r in zip(pytree.flatten(grads)[0], pytree.flatten(ref_grads)[0]):
                 np.testing.assert_allclose(g, r, rtol=1e-6, atol=1e-9)
     info = step.cache_info()
-    assert info.misses == 2 and info.hits == 8  # fortran order, the scale's value and a new batch size need no new step
+    # the scale's value and a new batch size need no new step; F order does (NumPy's results keep
+    # it, which decides whether a reshape is a view: jit.callsite.layout_tag), as does float32
+    assert info.misses == 3 and info.hits == 7
     with pytest.raises(mj.DtypeError):
         step({"layers": params["layers"], "c": np.asarray(1)}, x, 2.0)  # an int leaf is refused, not fast-pathed
 
