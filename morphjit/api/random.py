@@ -41,6 +41,10 @@ class TracedDraws:
         self.operand = Var(TensorType((), np.int64))   # the seed of the call
         self.draws = 0
 
+    def rewind(self) -> None:
+        """Draw again from the first stream: each path through the function's tests draws alike."""
+        self.draws = 0
+
     def _draw(self, dist: str, shape: tuple, dtype=np.float64):
         stream, self.draws = self.draws, self.draws + 1
         seed = tracing.Tracer(self.trace, self.operand)

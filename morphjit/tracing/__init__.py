@@ -7,5 +7,6 @@ from . import storage as storage, tracer as tracer
 from .substitutes import ANY_TRACE as ANY_TRACE, SYMBOLIC_EXTENT as SYMBOLIC_EXTENT
 from .tracer import (LEAF_TRACERS as LEAF_TRACERS, SUPPORTED_DTYPES as SUPPORTED_DTYPES, NotAnArray as NotAnArray,
                      Trace as Trace, Tracer as Tracer, argument_names as argument_names,
-                     concrete_value_error as concrete_value_error, trace as trace)
+                     concrete_value_error as concrete_value_error)
+from .function import trace as trace
 from .twice import FrozenValueError as FrozenValueError, trace_twice as trace_twice

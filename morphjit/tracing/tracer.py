@@ -8,9 +8,9 @@ import threading
 
 import numpy as np
 
-from ..ir import (BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, VIEW, Binding, Lit, Program, Sym, TensorType, Var,
+from ..ir import (BATCH_SIZE, DTYPE_NAMES, ELEMENTWISE, OPS, VIEW, Binding, Lit, Sym, TensorType, Var,
                   params_of)
-from ..util import DtypeError, MorphjitError, TracingError, UnsupportedError, guarded, pytree, user_location
+from ..util import DtypeError, MorphjitError, TracingError, UnsupportedError, guarded, user_location
 from . import storage
 from .substitutes import ANY_TRACE, SYMBOLIC_EXTENT
 
@@ -26,6 +26,7 @@ class Trace:
         self.loc = None  # when set, the source location given to new bindings
         self.paths: dict[int, str] = {}  # id(input var) -> the argument path it stands for
         self.producers: dict[int, Binding] = {}   # id(var) -> the binding computing it
+        self.exploration = None   # while the function runs: the paths of its tests (`branches`)
 
     def bind(self, op_name: str, operands, **params) -> "Tracer":
         """Append one binding; operands are tracers of this trace, literals or NumPy arrays. A
@@ -244,6 +245,8 @@ class Tracer:
     def __bool__(self):
         if self.concrete() is not None:
             return bool(self.concrete())
+        if self.trace.exploration is not None:
+            return self.trace.exploration.decide(self)
         raise concrete_value_error("bool() or an `if`/`while` test", "use mj.where(cond, a, b) instead")
 
     def __float__(self):
@@ -291,37 +294,6 @@ def concrete_value_error(what: str, hint: str) -> TracingError:
 # Tracing a function
 
 SUPPORTED_DTYPES = tuple(DTYPE_NAMES)
-
-
-def trace(fn, *args) -> Program:
-    """Run ``fn`` on tracers standing for ``args`` and return the forward program.
-
-    Every array leaf of the arguments is a program input; the program's outputs are the leaves
-    of what ``fn`` returns.
-    """
-    program, _ = trace_with_tree(fn, args)
-    return program
-
-
-def trace_with_tree(fn, args, batched=frozenset()):
-    """``trace`` that also returns the output tree structure. The leading extent of the leaves
-    whose indices are in ``batched`` is the symbolic batch size."""
-    leaves, treedef = pytree.flatten(tuple(args))
-    paths = pytree.leaf_paths(treedef, "")
-    names = argument_names(fn, len(args))
-    t = Trace()
-    tracers = [input_tracer(t, leaf, readable_path(p, names), k in batched)
-               for k, (leaf, p) in enumerate(zip(leaves, paths))]
-    inputs = tuple(x.operand for x in tracers)
-    t.paths.update((id(x), readable_path(p, names)) for x, p in zip(inputs, paths))
-    try:
-        out_leaves, out_tree = recorded(t, bool(batched), lambda: pytree.flatten(fn(*pytree.unflatten(treedef, tracers))))
-        outputs = tuple(output_var(t, x) for x in out_leaves)
-    finally:
-        t.closed = True
-    program = Program(inputs, tuple(t.bindings), outputs, tuple(t.consts),
-                      getattr(fn, "__name__", "program"))
-    return program, out_tree
 
 
 _current = threading.local()

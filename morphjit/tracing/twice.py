@@ -21,7 +21,7 @@ import numpy as np
 
 from ..ir import Binding, Lit, Program, Var
 from ..util import SourceLoc, TracingError, inside_package
-from .tracer import trace_with_tree
+from .function import trace_with_tree
 
 HINT = ("draw random numbers from a generator passed as an argument (loss(params, x, rng) with "
         "rng = np.random.default_rng(seed); see mj.random), and pass other values that change "

@@ -8,7 +8,8 @@ from .errors import (ArgumentError as ArgumentError, ArgumentOverflowError as Ar
                      ArgumentWriteError as ArgumentWriteError, DtypeError as DtypeError,
                      IndexingError as IndexingError, LayoutError as LayoutError, MorphjitError as MorphjitError,
                      ShapeError as ShapeError, SourceLoc as SourceLoc, TracingError as TracingError,
-                     UnsupportedError as UnsupportedError, inside_package as inside_package,
+                     UnsupportedError as UnsupportedError, describe_location as describe_location,
+                     inside_package as inside_package,
                      user_location as user_location)
 from .interrupts import guarded as guarded
 from .pytree import TreeDef as TreeDef, ravel_pytree as ravel_pytree

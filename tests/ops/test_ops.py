@@ -303,6 +303,15 @@ def check_parameter(x, refused, what, error):
     return array_api.bind("check_parameter", [x, refused], what=what, error=error)
 
 
+def branch_gate_make(rng, dt):
+    """A value and whether its path is taken (the gate is the identity either way)."""
+    return (values(rng, rand_shape(rng), dt), np.bool_(rng.random() < 0.5)), {}
+
+
+def branch_gate(x, taken):
+    return array_api.bind("branch_gate", [x, taken])
+
+
 def one_hot_make(rng, dt):
     depth = int(rng.integers(1, 6))
     return (ints(rng, rand_shape(rng, 0, 2), dt, 0, depth),), dict(depth=depth, dtype=dt)
@@ -775,6 +784,7 @@ def _cases():
         Case("random", "uniform", random_draw, random_ref, random_make("uniform")),
         Case("check_parameter", "pass-through", check_parameter, lambda x, refused, what, error: x,
              check_parameter_make),
+        Case("branch_gate", "identity", branch_gate, lambda x, taken: x, branch_gate_make),
         Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
              lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
         # Stable composites
@@ -1058,7 +1068,7 @@ LOWER_CASES = {
     "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
     "softmax_cross_entropy": sce_make("big"),
     "erfinv": unary("unit"), "digamma": unary("any"), "entr": unary("any"), "xlogy": nary("any", "pos"),
-    "xlog1py": nary("any", "pos"),
+    "xlog1py": nary("any", "pos"), "branch_gate": branch_gate_make,
     "window_max": lambda rng, dt: ((values(rng, (2, 3, 5, 4), dt),), dict(shape=(2, 3, 4, 2, 2, 3),
                                                                           coeffs=stride_tricks.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
                                                                           axes=(4, 5))),

@@ -99,20 +99,16 @@ def repeated_axis(x):
     return mj.logsumexp(x, axis=(0, -2))  # <- error
 
 
-def if_on_traced(x):
+def branch_shapes(x):
     if x.sum() > 0:  # <- error
         return x
-    return -x
+    return x.sum()
 
 
 def while_on_traced(x):
     while x.max() > 1:  # <- error
         x = x / 2
     return x
-
-
-def bool_call(x):
-    return x * bool(x[0, 0])  # <- error
 
 
 def and_operator(x):
@@ -247,10 +243,9 @@ ERRORS = [
     (concatenate_axis, (X,), mj.ShapeError, ["concatenate", "axis 2"]),
     (expand_dims_axis, (X,), mj.ShapeError, ["expand_dims", "axis 4"]),
     (repeated_axis, (X,), mj.ShapeError, ["logsumexp", "repeated axis"]),
-    (if_on_traced, (X,), mj.TracingError, ["bool()", "mj.where"]),
-    (while_on_traced, (X,), mj.TracingError, ["bool()", "mj.where"]),
-    (bool_call, (X,), mj.TracingError, ["bool()", "mj.where"]),
-    (and_operator, (X,), mj.TracingError, ["bool()", "mj.where"]),
+    (branch_shapes, (X,), mj.TracingError, ["different shapes", "float32[4, 3]", "float32[]"]),
+    (while_on_traced, (X,), mj.UnsupportedError, ["test number 9", "np.where"]),
+    (and_operator, (X,), mj.ShapeError, ["ambiguous", "a.any()"]),
     (float_call, (X,), mj.TracingError, ["float()", "traced"]),
     (asarray_call, (X,), mj.TracingError, ["x.tolist()", "traced"]),
     (fft, (X,), mj.UnsupportedError, ["np.fft.fft", "not supported"]),
