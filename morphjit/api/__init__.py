@@ -31,7 +31,7 @@ from .custom import custom_vjp as custom_vjp, stop_gradient as stop_gradient
 from .gathers import choose as choose, take as take, take_along_axis as take_along_axis
 from .indexing import at as at, getitem as getitem, iota as iota
 from .methods import install
-from .random import dropout as dropout
+from .random import GLOBAL_DRAWS as GLOBAL_DRAWS, dropout as dropout
 from .reductions import (all as all, any as any, argmax as argmax, argmin as argmin, average as average,
                          cumprod as cumprod, cumsum as cumsum, nanmean as nanmean, nansum as nansum, norm as norm,
                          prod as prod, prod_op as prod_op, ptp as ptp)

@@ -17,7 +17,7 @@ from ..util import UnsupportedError, user_location
 from . import buffers, core as A, dispatch, namespace, writes
 from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error
 from .indexing import arange, getitem
-from .random import traced_generator
+from .random import global_draws, traced_generator
 from .scipy import namespace as scipy_namespace
 
 
@@ -167,6 +167,8 @@ def install() -> None:
             setattr(Tracer, name, member)
     for kind in GENERATORS:
         LEAF_TRACERS[kind] = traced_generator
+    for owner, name, substitute in global_draws():
+        ANY_TRACE.register(owner, name, substitute)
     SYMBOLIC_EXTENT.register(np, "arange", arange)
     buffers.install()
     for owner, name, substitute in scipy_namespace.substitutes():

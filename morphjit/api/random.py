@@ -190,6 +190,24 @@ def _location_scale(x, shift, scale):
     return x
 
 
+# NumPy's global draws (``np.random.randn(...)``) that a traced global generator makes instead
+GLOBAL_DRAWS = frozenset({"rand", "randn", "random_sample", "standard_normal", "normal", "uniform", "randint",
+                          "exponential", "standard_exponential", "binomial"})
+
+
+def global_draws() -> list[tuple[object, str, object]]:
+    """``(np.random, name, substitute)``: each global draw, made by the traced global generator
+    of the current trace where it has one (`Trace.global_generator`), else by NumPy."""
+    def substitute(name, original):
+        def draw(*args, **kwargs):
+            t = tracing.current_trace()
+            traced = None if t is None else t.global_generator
+            return original(*args, **kwargs) if traced is None else getattr(traced, name)(*args, **kwargs)
+        draw.__name__ = name
+        return draw
+    return [(np.random, name, substitute(name, getattr(np.random, name))) for name in sorted(GLOBAL_DRAWS)]
+
+
 def traced_generator(t: tracing.Trace, generator, path: str) -> TracedDraws:
     kind = TracedGenerator if isinstance(generator, np.random.Generator) else TracedRandomState
     return kind(t, path)

@@ -17,6 +17,7 @@ from ..util import pytree, trimmed
 from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .checks import ArgSpec, arg_spec, argument_paths, label_error, out_arrays
+from .captured import CapturedGenerators
 from .static_args import StaticArguments
 
 BACKENDS = ("numba", "interp")
@@ -102,6 +103,9 @@ class Compiled:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         fn = named(fn)
         functools.update_wrapper(self, fn)
+        self._captured = CapturedGenerators.of(fn)
+        if self._captured is not None:
+            fn = self._captured.function
         self.fn, self.backend, self.cache, self.static_shapes = fn, backend, cache, static_shapes
         self._site = CallSite(static_shapes)
         self._static = StaticArguments.of(fn, static_argnums, static_argnames)
@@ -149,6 +153,12 @@ class Compiled:
         argument, the value and its index."""
         step, leaves = self._step(args, count=False)
         return label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error
+
+    def _passed(self, args, kwargs) -> tuple[tuple, dict]:
+        """The call's arguments, the generators the function captures after them (`captured`)."""
+        if self._captured is None:
+            return args, kwargs
+        return self._captured.arguments(args, kwargs), {}
 
     def _positional(self, args, kwargs) -> tuple:
         try:
@@ -211,9 +221,13 @@ class Compiled:
     def step_for(self, *args, **kwargs) -> tuple[Step, list]:
         """The step that runs for ``args`` (compiled now if it was not yet; not counted as a call)
         and the leaves of ``args`` it takes."""
+        args, kwargs = self._passed(args, kwargs)
+        return self._step_for(args, kwargs)
+
+    def _step_for(self, args, kwargs) -> tuple[Step, list]:
         if self._static is not None:
             compiled, dynamic = self._with_static(args, kwargs)
-            return compiled.step_for(*dynamic)
+            return compiled._step_for(dynamic, {})
         if kwargs:
             args = self._positional(args, kwargs)
         return self._step(args, count=False)
@@ -235,9 +249,10 @@ class Compiled:
         and as HTML in a notebook. The step is compiled (or loaded) and run once if it was not yet."""
         __tracebackhide__ = True  # noqa: F841
         from .explain import explain
+        args, kwargs = self._passed(args, kwargs)
         if self._static is not None:
             compiled, dynamic = self._with_static(args, kwargs)
-            return compiled.explain(*dynamic)
+            return explain(compiled, dynamic)
         if kwargs:
             args = self._positional(args, kwargs)
         return explain(self, args)
@@ -271,6 +286,7 @@ class CompiledLoss(Compiled):
         call allocates no gradient arrays. Keyword arguments are bound to the function's positional
         parameters."""
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
+        args, kwargs = self._passed(args, kwargs)
         if self._static is not None:
             compiled, args = self._with_static(args, kwargs)
             return compiled(*args, out=out)
@@ -369,6 +385,7 @@ class CompiledFunction(Compiled):
         """What ``fn(*args)`` returns, computed by the compiled step. Keyword arguments are bound
         to the function's positional parameters."""
         __tracebackhide__ = True  # noqa: F841
+        args, kwargs = self._passed(args, kwargs)
         if self._static is not None:
             compiled, args = self._with_static(args, kwargs)
             return compiled(*args)

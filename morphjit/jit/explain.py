@@ -319,7 +319,7 @@ def explain(compiled, args) -> Explanation:
     step's machine code is not there yet, so that every stage has its time (on copies of the
     random generators among ``args``: an inspection consumes no random numbers)."""
     __tracebackhide__ = True  # noqa: F841
-    step, leaves = compiled.step_for(*args)
+    step, leaves = compiled._step_for(tuple(args), {})   # args with the captured generators
     native = step.run if isinstance(step.run, NativeStep) else None
     if native is not None and step.timings is not None and step.timings.origin is None:
         step.run(*with_copied_generators(leaves))   # the user's generators do not advance

@@ -22,6 +22,7 @@ from ..tracing import Trace, Tracer
 from ..util import DtypeError, TracingError, pytree
 from . import pipeline
 from .callsite import CallSite, CallStats, leaf_signature
+from .captured import CapturedGenerators
 from .checks import arg_spec, argument_paths, check_plain, label_error
 from .compiled import BACKENDS, CompiledLoss, name_hint
 from .optim import Optimizer
@@ -107,8 +108,12 @@ class TrainStep:
             has_aux = has_aux or loss_fn.has_aux
             static_argnums = tuple(loss_fn.static_argnums) + tuple(
                 static_argnums if isinstance(static_argnums, (tuple, list)) else (static_argnums,))
-        self.fn = loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn
-        functools.update_wrapper(self, self.fn)
+        if isinstance(loss_fn, CompiledLoss):
+            self.fn, self._captured = loss_fn.fn, loss_fn._captured
+        else:
+            self._captured = CapturedGenerators.of(loss_fn)
+            self.fn = loss_fn if self._captured is None else self._captured.function
+        functools.update_wrapper(self, loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn)
         self.optimizer, self.backend, self.cache, self.has_aux = optimizer, backend, cache, has_aux
         self.static_shapes = static_shapes
         self._site = CallSite(static_shapes)   # the compiled updates by call signature
@@ -134,6 +139,8 @@ class TrainStep:
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it
         (with ``has_aux``, the loss and the aux values before it)."""
+        if self._captured is not None:
+            data = data + (self._captured.current(),)
         if self._static is not None:
             key, (params, *data) = self._static.split((params,) + data)
             return self._with_static(key)(params, state, *data, lr=lr)

@@ -27,6 +27,7 @@ class Trace:
         self.paths: dict[int, str] = {}  # id(input var) -> the argument path it stands for
         self.producers: dict[int, Binding] = {}   # id(var) -> the binding computing it
         self.exploration = None   # while the function runs: the paths of its tests (`branches`)
+        self.global_generator = None   # what NumPy's global draws draw from (`jit.captured`), if traced
 
     def bind(self, op_name: str, operands, **params) -> "Tracer":
         """Append one binding; operands are tracers of this trace, literals or NumPy arrays. A
