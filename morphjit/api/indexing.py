@@ -127,11 +127,13 @@ def slice_positions(k: slice, size):
     step = 1 if k.step is None else k.step
     extent = _fixed_extent(k)
     # NumPy's slice of a negative extent is empty or not depending on the signs of the bounds.
-    if isinstance(step, Tracer) or extent is None or extent < 0 or isinstance(size, Sym) or step <= 0:
+    if isinstance(step, Tracer) or extent is None or extent < 0 or step <= 0:
         raise UnsupportedError(
             "a slice with traced bounds needs an extent known when tracing (a positive integer "
             "step, stop - start at least 0 and not depending on traced values, as in "
-            "x[i * n:(i + 1) * n]), on an axis that is not the batch axis", user_location())
+            "x[i * n:(i + 1) * n])", user_location())
+    if isinstance(size, Sym):
+        raise Specialize("a slice with traced bounds along the batch axis reads positions of the concrete batch")
     count = len(range(0, extent, step))
     positions = _slice_bound(k.start, size) + np.arange(0, count * step, step)
     return A.where(positions < _slice_bound(k.stop, size), positions, size), count
@@ -160,7 +162,7 @@ def _fixed_extent(k) -> int | None:
 
 def _polynomial(trace, x, sign: int) -> dict | None:
     """``sign * x`` as a polynomial over the traced values it is computed from by +, -, * and
-    literals (monomials are sorted tuples of value ids), or None if it is computed otherwise."""
+    integer literals (monomials are sorted tuples of value ids), or None where a float literal enters."""
     if not isinstance(x, Tracer):
         return {(): sign * int(x)}
     producers = {id(b.out): b for b in trace.bindings}
@@ -169,10 +171,10 @@ def _polynomial(trace, x, sign: int) -> dict | None:
         if isinstance(v, Lit):
             return {(): v.value} if v.dtype.kind in "iu" else None
         b = producers.get(id(v))
-        if b is None:
-            return {(id(v),): 1}
+        if b is None or b.op not in ("add", "sub", "mul", "neg"):
+            return {(id(v),): 1}   # an input, or a value computed otherwise (i % n): a variable
         args = [poly(u) for u in b.inputs]
-        if None in args or b.op not in ("add", "sub", "mul", "neg"):
+        if None in args:
             return None
         if b.op == "neg":
             return {t: -c for t, c in args[0].items()}

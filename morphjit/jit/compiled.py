@@ -17,7 +17,7 @@ from ..util import pytree, trimmed
 from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .checks import ArgSpec, arg_spec, argument_paths, label_error, out_arrays
-from .captured import CapturedGenerators
+from .captured import Captured
 from .static_args import StaticArguments
 
 BACKENDS = ("numba", "interp")
@@ -103,7 +103,7 @@ class Compiled:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         fn = named(fn)
         functools.update_wrapper(self, fn)
-        self._captured = CapturedGenerators.of(fn)
+        self._captured = Captured.of(fn)
         if self._captured is not None:
             fn = self._captured.function
         self.fn, self.backend, self.cache, self.static_shapes = fn, backend, cache, static_shapes
@@ -156,9 +156,7 @@ class Compiled:
 
     def _passed(self, args, kwargs) -> tuple[tuple, dict]:
         """The call's arguments, the generators the function captures after them (`captured`)."""
-        if self._captured is None:
-            return args, kwargs
-        return self._captured.arguments(args, kwargs), {}
+        return (args, kwargs) if self._captured is None else self._captured.arguments(args, kwargs)
 
     def _positional(self, args, kwargs) -> tuple:
         try:

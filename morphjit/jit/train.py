@@ -22,7 +22,7 @@ from ..tracing import Trace, Tracer
 from ..util import DtypeError, TracingError, pytree
 from . import pipeline
 from .callsite import CallSite, CallStats, leaf_signature
-from .captured import CapturedGenerators
+from .captured import Captured
 from .checks import arg_spec, argument_paths, check_plain, label_error
 from .compiled import BACKENDS, CompiledLoss, name_hint
 from .optim import Optimizer
@@ -111,7 +111,7 @@ class TrainStep:
         if isinstance(loss_fn, CompiledLoss):
             self.fn, self._captured = loss_fn.fn, loss_fn._captured
         else:
-            self._captured = CapturedGenerators.of(loss_fn)
+            self._captured = Captured.of(loss_fn)
             self.fn = loss_fn if self._captured is None else self._captured.function
         functools.update_wrapper(self, loss_fn.fn if isinstance(loss_fn, CompiledLoss) else loss_fn)
         self.optimizer, self.backend, self.cache, self.has_aux = optimizer, backend, cache, has_aux
@@ -139,7 +139,7 @@ class TrainStep:
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it
         (with ``has_aux``, the loss and the aux values before it)."""
-        if self._captured is not None:
+        if self._captured is not None and self._captured.takes_generators:
             data = data + (self._captured.current(),)
         if self._static is not None:
             key, (params, *data) = self._static.split((params,) + data)

@@ -228,9 +228,11 @@ def check_writable(x) -> None:
         return
     if store.origin is not None:
         via = f" (through a view of it, {x.shape})" if x.steps else ""
+        name = store.origin.split(' ')[2].rstrip(',') if store.origin.startswith("the array") else \
+            store.origin.split(' ', 1)[-1]
         raise ArgumentWriteError(f"this line writes into {store.origin}{via}; a compiled function never changes "
-                                 f"its arguments (NumPy would change the caller's array): copy it first, "
-                                 f"a = {store.origin.split(' ', 1)[-1]}.copy(), and write into the copy",
+                                 f"its arguments or the arrays it captures (NumPy would change the caller's "
+                                 f"array): copy it first, a = {name}.copy(), and write into the copy",
                                  user_location())
     read_only = next((step.op for step in x.steps if step.op not in WRITABLE), None)
     if read_only is not None:

@@ -177,10 +177,11 @@ class Tracer:
         return self._operand
 
     @classmethod
-    def buffer(cls, trace: Trace, array: np.ndarray, layout: str = "C") -> "Tracer":
-        """A buffer the traced function made with NumPy: ``array`` until a traced value is written into it."""
+    def buffer(cls, trace: Trace, array: np.ndarray, layout: str = "C", origin: str | None = None) -> "Tracer":
+        """A buffer the traced function made with NumPy: ``array`` until a traced value is written into
+        it (``origin``: what a write into it is refused as, for an array it did not make)."""
         x = cls(trace, None)
-        x.storage, x.seen = storage.Storage(trace, None, layout=layout, known=array), -1
+        x.storage, x.seen = storage.Storage(trace, None, origin, layout, known=array), -1
         return x
 
     def own_storage(self, origin: str | None = None) -> "storage.Storage":

@@ -198,6 +198,45 @@ def test_slices_with_traced_bounds_follow_numpy_or_raise(name, backend):
         np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, atol=1e-15, err_msg=f"t={t}")
 
 
+TRAIN = np.random.default_rng(3).normal(size=(12, 4))   # captured by the objectives below
+
+
+def minibatch_of_closure(w, it):
+    """autograd's neural_net example: a batch of data the objective captures, picked by a counter."""
+    idx = it % 3
+    batch = slice(idx * 4, (idx + 1) * 4)
+    return np.sum(np.tanh(TRAIN[batch] @ w) ** 2)
+
+
+def minibatch_of_argument(w, X, it):
+    idx = it % 3
+    return np.sum(np.tanh(X[idx * 4:(idx + 1) * 4] @ w) ** 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_minibatches_sliced_by_a_traced_counter_follow_numpy(backend):
+    w = np.array([0.5, -0.25, 1.0, 0.1])
+    for fn, data in ((minibatch_of_closure, ()), (minibatch_of_argument, (TRAIN,))):
+        step = mj.compile_loss(fn, backend=backend)
+        for it in range(7):
+            value, grad = step(w, *data, it)
+            assert value == pytest.approx(fn(w, *data, it), rel=1e-12)
+            rows = TRAIN[(it % 3) * 4:(it % 3 + 1) * 4]
+            expected = 2 * rows.T @ (np.tanh(rows @ w) * (1 - np.tanh(rows @ w) ** 2))
+            np.testing.assert_allclose(grad, expected, rtol=1e-10)
+        assert step.cache_info().misses == 1
+
+
+def test_a_minibatch_past_the_end_is_refused_where_numpy_would_shorten_it():
+    def ragged(w, it):
+        idx = it % 4        # the fourth batch of 4 rows would be NumPy's TRAIN[12:16], which is empty
+        return np.sum(TRAIN[idx * 4:(idx + 1) * 4] @ w)
+    step = mj.compile_loss(ragged)
+    assert step(np.ones(4), 2)[0] == pytest.approx(ragged(np.ones(4), 2))
+    with pytest.raises(IndexError, match=r"slice with traced bounds .* lacks its element 0"):
+        step(np.ones(4), 3)
+
+
 def test_float_index_arguments_and_masks_of_the_wrong_shape_are_refused():
     compiled = mj.compile_loss(lambda E, t: mj.sum(E[t]))
     with pytest.raises(mj.IndexingError, match=r"integers, got float64 \(argument t\)"):

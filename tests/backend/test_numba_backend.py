@@ -90,6 +90,7 @@ def test_every_op_agrees_with_reference(dtype):
     used |= {name for name, op in OPS.items() if op.kind == LINALG}   # one program in test_linalg.py
     used |= {"random", "check_parameter"}   # a draw and the check of a traced parameter of one: test_random.py
     used |= {"window", "unwindow", "window_max"}                        # programs in test_conv.py
+    used |= {"branch_gate"}   # tests of traced values, on both backends: tests/tracing/test_branches.py
     assert set(OPS) - used - set(filter(is_user_op, OPS)) == set(), "an op is not exercised"
 
 
