@@ -1,7 +1,7 @@
 """Linear algebra: the functions users call (the ops they bind are in ``morphjit.ops.linalg``).
 
 ``mj.linalg.cholesky``, ``solve``, ``inv``, ``det``, ``slogdet``, ``eigh``, ``eigvalsh``, ``qr``,
-``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain ``np.linalg.*`` calls on
+``svd``, ``svdvals``, ``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain ``np.linalg.*`` calls on
 traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy's signatures;
 ``triangular_matmul`` (BLAS ``trmm``) and ``triangular_inverse`` (LAPACK ``trtri``). Each works
 on the last two axes and batches over the leading ones, broadcast between operands as NumPy does.
@@ -29,6 +29,7 @@ from .indexing import getitem
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
 QRResult = namedtuple("QRResult", "Q R")
+SVDResult = namedtuple("SVDResult", "U S Vh")
 
 
 def _array(x):
@@ -253,9 +254,43 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=A.NOT_GIVEN):
     return A.swap_last(result) if wide else result
 
 
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """``np.linalg.svd``: ``(U, S, Vh)`` with ``a = U @ (S[..., None] * Vh)`` and descending ``S``;
+    of ``k = min(m, n)`` columns of ``U`` and rows of ``Vh`` unless ``full_matrices`` (square ones);
+    ``S`` alone unless ``compute_uv``. The gradient through ``U`` and ``V`` is undefined where
+    singular values repeat, and through the columns of a full ``U`` (rows of ``Vh``) beyond k: it
+    is then NaN or inf, see ``morphjit.ops.svd``."""
+    if hermitian:
+        raise UnsupportedError("svd(hermitian=True) is not supported (hermitian=False is; np.linalg.eigh "
+                               "decomposes a symmetric matrix)", user_location())
+    a = _matrix("svd", a)
+    m, n = a.shape[-2:]
+    full = bool(full_matrices) and bool(compute_uv) and m != n
+    u, s, vh = svd_parts(A.bind("svd", [a], full=full), m, n, full)
+    return SVDResult(u, s, vh) if compute_uv else s
+
+
+def svdvals(x, /):
+    """``np.linalg.svdvals``: the singular values of ``x``, descending."""
+    return svd(x, compute_uv=False)
+
+
+def svd_rows(m: int, n: int, full: bool) -> tuple[int, int]:
+    """The number of columns of ``U`` and of rows of ``Vh`` in the ``svd`` op's output."""
+    return (m, n) if full else (min(m, n), min(m, n))
+
+
+def svd_parts(packed, m: int, n: int, full: bool):
+    """``(U, s, Vh)`` of the ``svd`` op's packed output (or of a cotangent of it)."""
+    u_rows, _ = svd_rows(m, n, full)
+    u = A.swap_last(getitem(packed, (Ellipsis, slice(0, u_rows), slice(0, m))))
+    s = getitem(packed, (Ellipsis, u_rows, slice(0, min(m, n))))
+    return u, s, getitem(packed, (Ellipsis, slice(u_rows + 1, None), slice(0, n)))
+
+
 FUNCTIONS = {
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv, np.linalg.det: det,
     np.linalg.slogdet: slogdet, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.qr: qr,
-    np.linalg.lstsq: lstsq, np.linalg.pinv: pinv,
+    np.linalg.lstsq: lstsq, np.linalg.pinv: pinv, np.linalg.svd: svd, np.linalg.svdvals: svdvals,
 }
 
