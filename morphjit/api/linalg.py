@@ -78,13 +78,14 @@ def cholesky(a, *, upper=False, lower=None, overwrite_a=False, check_finite=True
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
                      check_finite=True):
     """``scipy.linalg.solve_triangular``: solve ``op(a) x = b`` for triangular ``a`` (``trans``
-    0/'N', 1/'T' or 2/'C'), reading only the ``lower`` or upper triangle."""
-    if unit_diagonal:
-        raise UnsupportedError("solve_triangular(unit_diagonal=True) is not supported", user_location())
+    0/'N', 1/'T' or 2/'C'), reading only the ``lower`` or upper triangle (without its diagonal,
+    taken as ones, where ``unit_diagonal``)."""
     transposed = {0: False, 1: True, 2: True, "N": False, "T": True, "C": True}.get(trans)
     if transposed is None:
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
     a, b, vector = _system("solve_triangular", a, b)
+    if unit_diagonal:
+        a = A.where(np.eye(a.shape[-1], dtype=bool), 1.0, a)
     return _column_back(A.bind("solve_triangular", [a, b], lower=bool(lower), trans=transposed), vector)
 
 
