@@ -51,15 +51,17 @@ def _svd(a, full):
 
 def _quotient(num, den):
     """``num / den``, zero where ``num`` is exactly zero whatever ``den`` (inf or NaN only where a
-    nonzero numerator meets a zero denominator)."""
-    return A.where(num == 0.0, 0.0, num / den)
+    nonzero numerator meets a zero denominator). The denominator of an unused quotient is one, so
+    that differentiating the rule again does not meet 0 / 0 either."""
+    unused = num == 0.0
+    return A.where(unused, 0.0, num / A.where(unused, 1.0, den))
 
 
 def _undefined_where_used(*cotangents):
     """NaN for each matrix of the batch where one of ``cotangents`` is nonzero, else zero, shaped
     to add to a matrix."""
-    used = sum(A.sum(A.where(g == 0.0, 0.0, 1.0), axis=(-2, -1), keepdims=True) for g in cotangents)
-    return A.where(used == 0.0, 0.0, np.nan)
+    used = sum(A.sum(A.astype(g != 0.0, g.dtype), axis=(-2, -1), keepdims=True) for g in cotangents)
+    return A.where(used == 0.0, used, np.nan)
 
 
 def _svd_vjp(g, ans, a, full):
