@@ -15,7 +15,8 @@ structure read: the general matrix; the symmetric (or Hermitian: real here) or p
 one in the triangle ``lower`` names (its gradient goes to that triangle); the diagonal, the three
 diagonals of a tridiagonal matrix, or a triangle. ``None``, where SciPy picks a solver from the
 values, is the general one: the same value, and the gradient of ``a^-1 b`` in all of ``a``.
-``'banded'`` is refused.
+``'banded'`` is refused. ``inv(assume_a='diagonal')`` is the inverse of the diagonal matrix
+(SciPy 1.17's result keeps the other elements of ``a``).
 """
 from __future__ import annotations
 
