@@ -12,9 +12,9 @@ The VJP rule is Townsend's (2016) for the reduced decomposition (JAX's and PyTor
 ``abar = U [(F o (U^T gU - gU^T U)) S + diag(gs) + S (F o (V^T gV - gV^T V))] V^T
 + (I - U U^T) gU S^-1 V^T + U S^-1 gV^T (I - V V^T)``.
 Where two singular values are equal (or one is zero in the last two terms) the gradient through
-``U`` and ``V`` is not defined: a term whose numerator is exactly zero (the loss does not turn the
-vectors within that subspace, e.g. a function of ``s`` alone) is zero, any other is inf or NaN,
-never a finite number that would be wrong. For the same reason, with ``full`` the gradient
+``U`` and ``V`` is not defined: a term whose numerator is exactly zero (the loss is stationary
+under turning the vectors within that subspace, as a function of ``s`` alone is) is zero, any
+other is inf or NaN, never a finite number that would be wrong. For the same reason, with ``full`` the gradient
 through the columns of ``U`` (rows of ``Vh``) beyond k, an arbitrary basis of the complement, is
 NaN wherever their cotangent is not zero.
 """
