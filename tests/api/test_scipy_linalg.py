@@ -163,3 +163,20 @@ def test_nothing_the_caller_passes_is_written():
                     argnums=(0, 1), backend="interp")(a, b)
     np.testing.assert_array_equal(a, before[0])
     np.testing.assert_array_equal(b, before[1])
+
+
+def _gp_nll(linalg, k, y):
+    factor = linalg.cho_factor(k, lower=True)
+    return 0.5 * np.sum(y * linalg.cho_solve(factor, y)) + np.sum(np.log(np.diagonal(factor[0])))
+
+
+def test_a_gp_likelihood_spelled_with_scipy_is_the_program_spelled_with_mj_linalg():
+    """The factor's gradient goes to the kernel matrix through its inverse, not back through the
+    factorisation, whichever spelling made it."""
+    rng = np.random.default_rng(34)
+    k, y = _matrices(rng, np.float64)[0], rng.standard_normal(4)
+    k = (k + k.T) / 2
+    scipy_program = mj.compile_loss(lambda k, y: _gp_nll(sl, k, y), argnums=(0, 1)).program(k, y)
+    mj_program = mj.compile_loss(lambda k, y: _gp_nll(mj.linalg, k, y), argnums=(0, 1)).program(k, y)
+    assert [b.op for b in scipy_program.bindings] == [b.op for b in mj_program.bindings]
+    assert "cho_solve" in {b.op for b in scipy_program.bindings}
