@@ -1,5 +1,5 @@
 """SciPy's linear algebra as written (``scipy.linalg.cholesky``, ``cho_factor``, ``cho_solve``,
-``solve_triangular``, ``solve``, ``inv``, ``det``) on traced arrays: SciPy's values on a batch of
+``solve_triangular``, ``solve``, ``inv``, ``det``, ``svd``, ``svdvals``) on traced arrays: SciPy's values on a batch of
 matrices that are not symmetric (so that reading the wrong triangle shows), the gradient against
 central differences of SciPy's own function (so that a gradient in a triangle SciPy does not read
 shows), on both backends, float64 and float32; SciPy's own functions outside traces; the refusals."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.linalg as sl
-from scipy.linalg import _basic, _decomp_cholesky
+from scipy.linalg import _basic, _decomp_cholesky, _decomp_svd
 
 import morphjit as mj
 
@@ -47,7 +47,16 @@ CASES = {   # name: fn(a, b), a [2, 4, 4] (its triangles and the matrix positive
     # SciPy leaves a's elements off the diagonal in its result; morphjit's is the inverse of the diagonal
     "inv(assume_a='diagonal')": lambda a, b: sl.inv(a, assume_a="diagonal") * np.eye(4, dtype=a.dtype),
     "det": lambda a, b: sl.det(a),
+    "svd (U S Vh)": lambda a, b: _reconstruction(sl.svd(a[..., :3], lapack_driver="gesvd")),
+    "svd (U squared)": lambda a, b: sl.svd(a, full_matrices=False)[0] ** 2,
+    "svd(compute_uv=False)": lambda a, b: sl.svd(a[..., :3, :], compute_uv=False),
+    "svdvals": lambda a, b: sl.svdvals(a),
 }
+
+
+def _reconstruction(usv):
+    u, s, vh = usv
+    return (u[..., :, :s.shape[-1]] * s[..., None, :]) @ vh
 
 
 def _matrices(rng, dtype, n=4):
@@ -102,7 +111,8 @@ def test_outside_traces_scipys_functions_are_scipys_own():
     mj.compile_loss(lambda a: np.sum(sl.cholesky(a)))(np.eye(2))   # a trace has run and ended
     originals = {"cholesky": _decomp_cholesky.cholesky, "cho_factor": _decomp_cholesky.cho_factor,
                  "cho_solve": _decomp_cholesky.cho_solve, "solve_triangular": _basic.solve_triangular,
-                 "solve": _basic.solve, "inv": _basic.inv, "det": _basic.det}
+                 "solve": _basic.solve, "inv": _basic.inv, "det": _basic.det, "svd": _decomp_svd.svd,
+                 "svdvals": _decomp_svd.svdvals}
     assert all(getattr(sl, name) is function for name, function in originals.items())
 
 
@@ -135,6 +145,8 @@ def test_what_morphjit_cannot_honour_is_refused():
         mj.trace(lambda a, b: np.sum(sl.solve(a, b, assume_a="unknown")), np.eye(2), np.ones(2))
     with pytest.raises(ValueError, match="not a recognized matrix structure"):
         mj.trace(lambda a: np.sum(sl.inv(a, assume_a="tridiagonal")), np.eye(2))
+    with pytest.raises(ValueError, match="lapack_driver"):
+        mj.trace(lambda a: np.sum(sl.svd(a, lapack_driver="gejsv")[1]), np.eye(2))
     with pytest.raises(TypeError):   # an argument SciPy does not take
         mj.trace(lambda a: np.sum(sl.cholesky(a, upper=True)), np.eye(2))
 

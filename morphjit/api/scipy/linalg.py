@@ -1,5 +1,5 @@
 """SciPy's linear algebra on traced arrays: ``scipy.linalg.cholesky``, ``cho_factor``,
-``cho_solve``, ``solve_triangular``, ``solve``, ``inv`` and ``det``, with SciPy's arguments and
+``cho_solve``, ``solve_triangular``, ``solve``, ``inv``, ``det``, ``svd`` and ``svdvals``, with SciPy's arguments and
 meaning (``cholesky``'s default is the upper factor), batched over leading axes as SciPy's are.
 
 While a trace runs (``substitutes.ANY_TRACE``; this module is loaded by the first trace once
@@ -95,6 +95,20 @@ def det(a, overwrite_a=False, check_finite=True):
     return la.det(a)
 
 
+def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True, lapack_driver="gesdd"):
+    """``(U, s, Vh)`` (``s`` alone unless ``compute_uv``), as ``np.linalg.svd``; either LAPACK
+    driver gives the same decomposition up to the vectors' signs."""
+    if lapack_driver not in ("gesdd", "gesvd"):
+        raise ValueError(f'lapack_driver must be "gesdd" or "gesvd", not "{lapack_driver}"')
+    result = la.svd(a, full_matrices=full_matrices, compute_uv=compute_uv)
+    return tuple(result) if compute_uv else result
+
+
+def svdvals(a, overwrite_a=False, check_finite=True):
+    """The singular values of ``a``, descending."""
+    return la.svdvals(a)
+
+
 def _structure(function: str, structures: dict, assume_a) -> str:
     if assume_a in structures:
         return structures[assume_a]
@@ -143,7 +157,7 @@ def _substitute(original, twin):
 
 
 TWINS = {"cholesky": cholesky, "cho_factor": cho_factor, "cho_solve": cho_solve,
-         "solve_triangular": solve_triangular, "solve": solve, "inv": inv, "det": det}
+         "solve_triangular": solve_triangular, "solve": solve, "inv": inv, "det": det, "svd": svd, "svdvals": svdvals}
 
 for _name, _twin in TWINS.items():
     ANY_TRACE.register(scipy.linalg, _name, _substitute(getattr(scipy.linalg, _name), _twin))
