@@ -21,6 +21,8 @@ CASES = {   # name: fn(a, b), a [2, 4, 4] (its triangles and the matrix positive
     "cholesky(lower=True)": lambda a, b: sl.cholesky(a, True),
     "cho_solve(cho_factor)": lambda a, b: sl.cho_solve(sl.cho_factor(a), b),
     "cho_solve(cho_factor(lower=True))": lambda a, b: sl.cho_solve(sl.cho_factor(a, lower=True), b[:, 0]),
+    "cho_solve((c, True)) of a c not triangular": lambda a, b: sl.cho_solve((a, True), b),
+    "cho_solve((c, False)) of a c not triangular": lambda a, b: sl.cho_solve((a, False), b[:, 0]),
     "solve_triangular": lambda a, b: sl.solve_triangular(a, b),
     "solve_triangular(lower, trans=1, unit_diagonal)": lambda a, b: sl.solve_triangular(
         a, b, trans=1, lower=True, unit_diagonal=True, check_finite=False),
@@ -95,8 +97,9 @@ def test_the_gradient_stays_in_the_triangle_scipy_reads():
     rng = np.random.default_rng(32)
     a, b = _matrices(rng, np.float64)[0], rng.standard_normal(4)
     readers = {"upper": [lambda a: sl.cholesky(a), lambda a: sl.solve(a, b, assume_a="pos"),
-                         lambda a: sl.inv(a, assume_a="sym"), lambda a: sl.solve_triangular(a, b)],
-               "lower": [lambda a: sl.cho_solve(sl.cho_factor(a, lower=True), b),
+                         lambda a: sl.inv(a, assume_a="sym"), lambda a: sl.solve_triangular(a, b),
+                         lambda a: sl.cho_solve((a, False), b)],
+               "lower": [lambda a: sl.cho_solve(sl.cho_factor(a, lower=True), b), lambda a: sl.cho_solve((a, 1), b),
                          lambda a: sl.solve(a, b, assume_a="sym", lower=True),
                          lambda a: sl.inv(a, assume_a="lower triangular")],
                "diagonal": [lambda a: sl.inv(a, assume_a="diagonal"), lambda a: sl.solve(a, b, assume_a="diagonal")]}
@@ -192,3 +195,16 @@ def test_a_gp_likelihood_spelled_with_scipy_is_the_program_spelled_with_mj_linal
     mj_program = mj.compile_loss(lambda k, y: _gp_nll(mj.linalg, k, y), argnums=(0, 1)).program(k, y)
     assert [b.op for b in scipy_program.bindings] == [b.op for b in mj_program.bindings]
     assert "cho_solve" in {b.op for b in scipy_program.bindings}
+
+
+def test_cho_solve_reads_only_its_triangle_of_scipys_own_factor():
+    """SciPy's cho_factor leaves garbage in the other triangle: cho_solve of it and of a traced
+    right-hand side is SciPy's."""
+    rng = np.random.default_rng(35)
+    a, b = _matrices(rng, np.float64)[0], rng.standard_normal(4)
+    for lower in (True, False):
+        factor = sl.cho_factor(a, lower=lower)
+        value, grad = mj.compile_loss(lambda b: (np.sum(sl.cho_solve(factor, b) ** 2), sl.cho_solve(factor, b)),
+                                      has_aux=True, backend="interp")(b)
+        np.testing.assert_allclose(value[1], sl.cho_solve(factor, b), rtol=1e-12)
+        np.testing.assert_allclose(grad, 2 * sl.cho_solve(factor, sl.cho_solve(factor, b)), rtol=1e-10)
