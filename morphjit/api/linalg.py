@@ -1,8 +1,8 @@
 """Linear algebra: the functions users call (the ops they bind are in ``morphjit.ops.linalg``).
 
 ``mj.linalg.cholesky``, ``solve``, ``inv``, ``det``, ``slogdet``, ``eigh``, ``eigvalsh``, ``qr``,
-``svd``, ``svdvals``, ``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain ``np.linalg.*`` calls on
-traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy's signatures;
+``svd``, ``svdvals``, ``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain
+``np.linalg.*`` calls on traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy's signatures;
 ``triangular_matmul`` (BLAS ``trmm``) and ``triangular_inverse`` (LAPACK ``trtri``). Each works
 on the last two axes and batches over the leading ones, broadcast between operands as NumPy does.
 ``cho_solve`` on a factor the trace made itself binds an op of the factored matrix, so that the
@@ -258,7 +258,8 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=A.NOT_GIVEN):
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
     """``np.linalg.svd``: ``(U, S, Vh)`` with ``a = U @ (S[..., None] * Vh)`` and descending ``S``;
     of ``k = min(m, n)`` columns of ``U`` and rows of ``Vh`` unless ``full_matrices`` (square ones);
-    ``S`` alone unless ``compute_uv``. The gradient through ``U`` and ``V`` is undefined where
+    ``S`` alone unless ``compute_uv`` (the op computes ``U`` and ``Vh`` all the same: the gradient
+    needs them). The gradient through ``U`` and ``V`` is undefined where
     singular values repeat, and through the columns of a full ``U`` (rows of ``Vh``) beyond k: it
     is then NaN or inf, see ``morphjit.ops.svd``."""
     if hermitian:

@@ -106,7 +106,8 @@ def test_the_gradient_stays_in_the_triangle_scipy_reads():
     for triangle, functions in readers.items():
         for fn in functions:
             grad = mj.grad(lambda a: np.sum(fn(a) ** 2))(a)
-            unread = {"upper": np.tril(grad, -1), "lower": np.triu(grad, 1), "diagonal": grad - np.diag(np.diag(grad))}[triangle]
+            unread = {"upper": np.tril(grad, -1), "lower": np.triu(grad, 1),
+                      "diagonal": grad - np.diag(np.diag(grad))}[triangle]
             assert not unread.any() and np.abs(grad).max() > 0
 
 
