@@ -80,6 +80,10 @@ def scipy_conversion_error(module: str, name: str, caller) -> UnsupportedError:
     namespace = importlib.import_module(f".{twins}", __package__) if twins else sys.modules[__package__]
     hint = (f"call {prefix}.{name} instead, which traces" if has_path(namespace, name)
             else getattr(namespace, "CONVERSION_HINT", None))
+    if (sys.modules.get(module), name) in ANY_TRACE.attributes():
+        hint = (f"{module}.{name} traces when looked up in its module as the trace runs; this call reached SciPy's "
+                f"own function, taken from the module before (`from {module} import {name}`): write "
+                f"{module}.{name}(...) or {prefix}.{name}(...)")
     if late:
         hint = (f"{module} was first imported while this trace ran, too late for morphjit to make its functions "
                 f"trace: import it before the function is traced (at the top of your module)")

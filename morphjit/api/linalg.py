@@ -1,8 +1,8 @@
 """Linear algebra: the functions users call (the ops they bind are in ``morphjit.ops.linalg``).
 
 ``mj.linalg.cholesky``, ``solve``, ``inv``, ``det``, ``slogdet``, ``eigh``, ``eigvalsh``, ``qr``,
-``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain ``np.linalg.*`` calls on
-traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy's signatures;
+``svd``, ``svdvals``, ``lstsq`` and ``pinv`` (full rank, through QR), also reached by plain
+``np.linalg.*`` calls on traced arrays; ``solve_triangular``, ``cho_factor`` and ``cho_solve`` with SciPy's signatures;
 ``triangular_matmul`` (BLAS ``trmm``) and ``triangular_inverse`` (LAPACK ``trtri``). Each works
 on the last two axes and batches over the leading ones, broadcast between operands as NumPy does.
 ``cho_solve`` on a factor the trace made itself binds an op of the factored matrix, so that the
@@ -29,6 +29,7 @@ from .indexing import getitem
 SlogdetResult = namedtuple("SlogdetResult", "sign logabsdet")
 EighResult = namedtuple("EighResult", "eigenvalues eigenvectors")
 QRResult = namedtuple("QRResult", "Q R")
+SVDResult = namedtuple("SVDResult", "U S Vh")
 
 
 def _array(x):
@@ -77,13 +78,14 @@ def cholesky(a, *, upper=False, lower=None, overwrite_a=False, check_finite=True
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
                      check_finite=True):
     """``scipy.linalg.solve_triangular``: solve ``op(a) x = b`` for triangular ``a`` (``trans``
-    0/'N', 1/'T' or 2/'C'), reading only the ``lower`` or upper triangle."""
-    if unit_diagonal:
-        raise UnsupportedError("solve_triangular(unit_diagonal=True) is not supported", user_location())
+    0/'N', 1/'T' or 2/'C'), reading only the ``lower`` or upper triangle (without its diagonal,
+    taken as ones, where ``unit_diagonal``)."""
     transposed = {0: False, 1: True, 2: True, "N": False, "T": True, "C": True}.get(trans)
     if transposed is None:
         raise ValueError(f"solve_triangular: trans must be 0, 1, 2, 'N', 'T' or 'C', got {trans!r}")
     a, b, vector = _system("solve_triangular", a, b)
+    if unit_diagonal:
+        a = A.where(np.eye(a.shape[-1], dtype=bool), 1.0, a)
     return _column_back(A.bind("solve_triangular", [a, b], lower=bool(lower), trans=transposed), vector)
 
 
@@ -253,9 +255,44 @@ def pinv(a, rcond=None, hermitian=False, *, rtol=A.NOT_GIVEN):
     return A.swap_last(result) if wide else result
 
 
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False):
+    """``np.linalg.svd``: ``(U, S, Vh)`` with ``a = U @ (S[..., None] * Vh)`` and descending ``S``;
+    of ``k = min(m, n)`` columns of ``U`` and rows of ``Vh`` unless ``full_matrices`` (square ones);
+    ``S`` alone unless ``compute_uv`` (the op computes ``U`` and ``Vh`` all the same: the gradient
+    needs them). The gradient through ``U`` and ``V`` is undefined where
+    singular values repeat, and through the columns of a full ``U`` (rows of ``Vh``) beyond k: it
+    is then NaN or inf, see ``morphjit.ops.svd``."""
+    if hermitian:
+        raise UnsupportedError("svd(hermitian=True) is not supported (hermitian=False is; np.linalg.eigh "
+                               "decomposes a symmetric matrix)", user_location())
+    a = _matrix("svd", a)
+    m, n = a.shape[-2:]
+    full = bool(full_matrices) and bool(compute_uv) and m != n
+    u, s, vh = svd_parts(A.bind("svd", [a], full=full), m, n, full)
+    return SVDResult(u, s, vh) if compute_uv else s
+
+
+def svdvals(x, /):
+    """``np.linalg.svdvals``: the singular values of ``x``, descending."""
+    return svd(x, compute_uv=False)
+
+
+def svd_rows(m: int, n: int, full: bool) -> tuple[int, int]:
+    """The number of columns of ``U`` and of rows of ``Vh`` in the ``svd`` op's output."""
+    return (m, n) if full else (min(m, n), min(m, n))
+
+
+def svd_parts(packed, m: int, n: int, full: bool):
+    """``(U, s, Vh)`` of the ``svd`` op's packed output (or of a cotangent of it)."""
+    u_rows, _ = svd_rows(m, n, full)
+    u = A.swap_last(getitem(packed, (Ellipsis, slice(0, u_rows), slice(0, m))))
+    s = getitem(packed, (Ellipsis, u_rows, slice(0, min(m, n))))
+    return u, s, getitem(packed, (Ellipsis, slice(u_rows + 1, None), slice(0, n)))
+
+
 FUNCTIONS = {
     np.linalg.cholesky: cholesky, np.linalg.solve: solve, np.linalg.inv: inv, np.linalg.det: det,
     np.linalg.slogdet: slogdet, np.linalg.eigh: eigh, np.linalg.eigvalsh: eigvalsh, np.linalg.qr: qr,
-    np.linalg.lstsq: lstsq, np.linalg.pinv: pinv,
+    np.linalg.lstsq: lstsq, np.linalg.pinv: pinv, np.linalg.svd: svd, np.linalg.svdvals: svdvals,
 }
 

@@ -160,8 +160,8 @@ class ArrayMethods:
 def install() -> None:
     """Make ``Tracer`` an array: the members of `ArrayMethods`; the tracers of random generator
     arguments; ``np.arange`` of the batch size while a trace with a symbolic batch size runs;
-    SciPy's array-API lookups (and ``scipy.stats``' distributions, loaded with SciPy's) while any
-    trace runs."""
+    SciPy's array-API lookups (and ``scipy.stats``' distributions and ``scipy.linalg``'s functions,
+    loaded with SciPy's) while any trace runs."""
     for name, member in vars(ArrayMethods).items():
         if callable(member) or isinstance(member, property):
             setattr(Tracer, name, member)
@@ -174,3 +174,4 @@ def install() -> None:
     for owner, name, substitute in scipy_namespace.substitutes():
         ANY_TRACE.register(owner, name, substitute)
     ANY_TRACE.provided_by("scipy.stats", f"{__package__}.scipy.stats")
+    ANY_TRACE.provided_by("scipy.linalg", f"{__package__}.scipy.linalg")

@@ -14,8 +14,9 @@ import numpy as np
 
 from ..ir import Sym, keepdims_shape
 from ..util import ShapeError, UnsupportedError, user_location
-from . import core as A, ufuncs as X
+from . import core as A, linalg, ufuncs as X
 from .indexing import getitem
+from .shapes import moveaxis
 
 
 def prod_op(x, axes):
@@ -166,7 +167,8 @@ def cumprod(a, axis=None, dtype=None, out=None):
 
 
 def norm(x, ord=None, axis=None, keepdims=False):
-    """``np.linalg.norm``: vector norms (any ord but nuclear/spectral) and matrix norms 1, inf, 'fro'."""
+    """``np.linalg.norm``: vector norms (any ord) and matrix norms (any ord: 'nuc', 2 and -2 from the
+    singular values)."""
     x = X.float_array(x)
     if axis is None and (ord is None or x.ndim == 1 or ord == "fro"):
         axes = tuple(range(x.ndim))
@@ -206,8 +208,11 @@ def _matrix_norm(x, ord, axis, keepdims):
         pick = A.max if ord in (1, np.inf) else A.min
         out = pick(sums, axis=over, keepdims=True)
         return out if keepdims else A.squeeze(out, (rows, cols))
-    raise UnsupportedError(f"norm: matrix norm ord={ord!r} needs singular values, which morphjit does not "
-                           f"compute (ord=None, 'fro', 1, -1, inf and -inf are supported)", user_location())
+    if ord in ("nuc", 2, -2):
+        s = linalg.svdvals(moveaxis(x, (rows, cols), (-2, -1)))
+        out = {"nuc": A.sum, 2: A.max, -2: A.min}[ord](s, axis=-1)
+        return A.expand_dims(out, tuple(sorted((rows, cols)))) if keepdims else out
+    raise ValueError(f"norm: invalid norm order {ord!r} for matrices")
 
 
 FUNCTIONS = {

@@ -386,3 +386,17 @@ def qr(a, out):
         out[:, m:] = r
     else:
         out[...] = np.nan
+
+
+@numba.njit(**JIT)
+def svd(a, out, full):
+    """``out``: the columns of U as rows, the singular values, the rows of Vh, each row padded with
+    zeros (``morphjit.ops.svd``'s layout). NaN or inf input raises ``LinAlgError``, as NumPy's does."""
+    if not _finite(a):
+        raise np.linalg.LinAlgError("SVD did not converge")
+    u, s, vh = np.linalg.svd(a, full_matrices=full)
+    rows = u.shape[1]
+    out[...] = 0
+    out[:rows, :a.shape[0]] = u.T
+    out[rows, :s.shape[0]] = s
+    out[rows + 1:, :a.shape[1]] = vh

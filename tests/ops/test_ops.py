@@ -912,7 +912,48 @@ def _linalg_cases() -> list[Case]:
         Case("qr", "pinv", la.pinv, np.linalg.pinv, lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
         Case("qr", "pinv-wide", lambda a: la.pinv(a.T), lambda a: np.linalg.pinv(a.T),
              lambda rng, dt: (lstsq_make(rng, dt)[0][:1], {}), tol=1000),
+        Case("svd", "svdvals", la.svdvals, np.linalg.svdvals, rectangular_make, tol=100),
+        Case("svd", "values", lambda a: la.svd(a, compute_uv=False), lambda a: np.linalg.svd(a, compute_uv=False),
+             rectangular_make, tol=100),
+        *[Case("svd", f"reconstruction-full={full}", lambda a, full=full: _svd_reconstruction(la, a, full),
+               lambda a: a, rectangular_make, tol=100) for full in (False, True)],
+        *[Case("svd", f"orthogonal-full={full}", lambda a, full=full: _svd_gram(mj, la.svd(a, full)),
+               lambda a, full=full: _svd_gram(np, np.linalg.svd(a, full)), rectangular_make, tol=100)
+          for full in (False, True)],
+        Case("svd", "matrix-norms", lambda a, axis, keepdims: _matrix_norms(mj, a, axis, keepdims),
+             lambda a, axis, keepdims: _matrix_norms(np, a, axis, keepdims), matrix_norms_make, tol=100),
     ]
+
+
+def rectangular_make(rng, dt):
+    """A stack of matrices of random shapes, tall, wide or square."""
+    shape = rand_shape(rng, 0, 2, max_dim=3) + tuple(int(d) for d in rng.integers(1, 5, size=2))
+    return (np.asarray(rng.standard_normal(shape), dt),), {}
+
+
+def matrix_norms_make(rng, dt):
+    (a,), _ = rectangular_make(rng, dt)
+    a = a if a.ndim > 2 else a[None]
+    axes = [int(d) for d in rng.permutation(a.ndim)[:2]]
+    return (a,), dict(axis=tuple(d - a.ndim if rng.random() < 0.5 else d for d in axes),
+                      keepdims=bool(rng.random() < 0.5))
+
+
+def _svd_reconstruction(la, a, full):
+    u, s, vh = la.svd(a, full_matrices=full)
+    k = s.shape[-1]
+    return (u[..., :, :k] * s[..., None, :]) @ vh[..., :k, :]
+
+
+def _svd_gram(ns, usv):
+    """U^T U and Vh Vh^T (identities, free of the vectors' signs) and the singular values."""
+    u, s, vh = usv
+    return ns.concatenate([ns.ravel(x) for x in (ns.swapaxes(u, -1, -2) @ u, vh @ ns.swapaxes(vh, -1, -2), s)])
+
+
+def _matrix_norms(ns, a, axis, keepdims):
+    norm = mj.norm if ns is mj else np.linalg.norm
+    return ns.stack([norm(a, ord, axis, keepdims) for ord in ("nuc", 2, -2)])
 
 
 def _slogdet_after_cholesky(a):

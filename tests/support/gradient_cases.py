@@ -436,6 +436,17 @@ case("qr", lambda ns, a, b: ns.linalg.lstsq(a, b)[0] if ns is mj else ns.linalg.
      [(5, 3), (5, 2)], "lstsq")
 case("qr", lambda ns, a: ns.linalg.pinv(a), [(3, 5)], "pinv-wide")
 
+
+def _svd_terms(ns, a):
+    """The singular values, the squares of U and Vh (free of their signs) and the reconstruction."""
+    u, s, vh = ns.linalg.svd(a, full_matrices=False)
+    return ns.concatenate([ns.ravel(s), ns.ravel(u * u), ns.ravel(vh * vh), ns.ravel((u * s[..., None, :]) @ vh)])
+
+
+for _shape in ((4, 3), (3, 5), (3, 3), (2, 3, 2)):
+    case("svd", _svd_terms, [_shape], "x".join(map(str, _shape)))
+case("svd", lambda ns, a: ns.linalg.svd(a, compute_uv=False), [(4, 3)], "values")
+
 def cotangent(rng, fn, xs):
     """A random cotangent of the output's shape and dtype."""
     out = np.asarray(fn(mj, *xs))

@@ -208,6 +208,7 @@ INSTALLS_ON_IMPORT = {
     "morphjit.api": "installs the tracer's methods, once (methods.install)",
     "morphjit.api.scipy.stats": "a provider: the first trace after scipy.stats is imported imports it, to register "
                                 "its substitutes (tracing.substitutes)",
+    "morphjit.api.scipy.linalg": "a provider, as morphjit.api.scipy.stats is, for scipy.linalg",
 }
 MUTATORS = {"update", "register", "append", "extend", "setdefault", "pop", "clear", "provided_by"}
 
