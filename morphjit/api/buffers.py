@@ -6,7 +6,8 @@ written into them (``out = np.zeros((n, k)); out[i] = ...``); an element of ``np
 read before it was written is refused. Library code (NumPy's, SciPy's, morphjit's, anything
 installed) and other threads get NumPy's own arrays. ``np.array``, ``np.asarray``,
 ``np.asanyarray``, ``np.ascontiguousarray`` and ``np.asfortranarray`` of a traced array (or of a
-list holding traced values) follow NumPy's view-or-copy rule. ``install`` registers them as
+list holding traced values) follow NumPy's view-or-copy rule, and so do ``np.r_[...]`` and ``np.c_[...]``
+of traced values (the conversion their items go through). ``install`` registers them as
 substitutes (``morphjit.tracing.substitutes``).
 """
 from __future__ import annotations
@@ -149,10 +150,25 @@ def _from_numpy(name: str) -> bool:
 
 
 def array(obj, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):
-    if like is None and not subok and _holds_tracers(obj) and not _from_numpy("array"):
+    if like is None and not subok and A.holds_tracers(obj) and not _from_numpy("array"):
         if isinstance(obj, Tracer):
             return _at_least(conversion_copy(obj, dtype, order, copy), ndmin)
-        return _at_least(A.astype(_stacked(obj), dtype) if dtype is not None else _stacked(obj), ndmin)
+        return _traced_array(obj, dtype, ndmin)
+    return NUMPY["array"](obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin, like=like)
+
+
+def _traced_array(obj, dtype, ndmin: int):
+    """A tracer, or a list holding some, as an array of ``dtype`` (its own if None) with at least
+    ``ndmin`` dimensions."""
+    x = A.as_array(obj)
+    return _at_least(x if dtype is None else A.astype(x, dtype), ndmin)
+
+
+def index_tricks_array(obj, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):
+    """The ``array`` that ``np.r_`` and ``np.c_`` convert their items with: traced items become
+    traced arrays (which their concatenation then dispatches on)."""
+    if like is None and A.holds_tracers(obj):
+        return _traced_array(obj, dtype, ndmin)
     return NUMPY["array"](obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin, like=like)
 
 
@@ -165,19 +181,6 @@ def _converter(name: str, order: str):
         return NUMPY[name](a, dtype, *args, **kwargs)
     convert.__name__ = name
     return convert
-
-
-def _holds_tracers(obj) -> bool:
-    if isinstance(obj, Tracer):
-        return True
-    return isinstance(obj, (list, tuple)) and any(_holds_tracers(x) for x in obj)
-
-
-def _stacked(obj):
-    """A nested list holding traced values as one array, as ``np.array`` would make it."""
-    if not isinstance(obj, (list, tuple)):
-        return A.as_array(obj)
-    return A.stack([_stacked(x) for x in obj]) if obj else NUMPY["array"](obj)
 
 
 def _at_least(x, ndmin: int):
@@ -194,5 +197,6 @@ def install() -> None:
     ANY_TRACE.register(np, "eye", eye)
     ANY_TRACE.register(np, "full_like", full_like)
     ANY_TRACE.register(np, "array", array)
+    ANY_TRACE.register(sys.modules["numpy.lib._index_tricks_impl"], "array", index_tricks_array)
     for name, order in (("asarray", "K"), ("asanyarray", "K"), ("ascontiguousarray", "C"), ("asfortranarray", "F")):
         ANY_TRACE.register(np, name, _converter(name, order))

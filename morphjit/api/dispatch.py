@@ -1,11 +1,15 @@
 """The NumPy dispatch of traced arrays: plain NumPy calls on tracers (``np.exp(x)``,
 ``np.sum(x)``, SciPy's ufuncs) arrive at `apply_ufunc` and `apply_function` through the tracer's
 ``__array_ufunc__`` and ``__array_function__``, and are served by the array functions of
-`UFUNCS` and `FUNCTIONS`: the families' own entries, merged here in one place.
+`UFUNCS` and `FUNCTIONS`: the families' own entries, merged here in one place. NumPy's dispatch
+does not look inside lists: ``np.mean([x, y])`` of tracers reaches `apply_function` through the
+substitutes of `routes` while a trace runs.
 """
 from __future__ import annotations
 
+import builtins
 import difflib
+import functools
 
 import numpy as np
 
@@ -58,3 +62,22 @@ def unsupported_error(func) -> UnsupportedError:
     nearest = difflib.get_close_matches(func.__name__, supported, n=1)
     hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
     return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
+
+
+def _routed(function):
+    """NumPy's ``function``, which calls morphjit's where an argument is a traced array or a list or
+    tuple holding one (NumPy's dispatch would convert such a list to an array, and fail)."""
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        if builtins.any(map(core.holds_tracers, args)) or builtins.any(map(core.holds_tracers, kwargs.values())):
+            return apply_function(function, args, kwargs)
+        return function(*args, **kwargs)
+    return call
+
+
+def routes() -> list[tuple[object, str, object]]:
+    """``(module, name, substitute)`` for each function of `FUNCTIONS` that is an attribute of ``np``,
+    ``np.linalg`` or ``np.lib.stride_tricks``."""
+    modules = (np, np.linalg, np.lib.stride_tricks)
+    return [(module, name, _routed(value)) for module in modules for name, value in vars(module).items()
+            if callable(value) and value in FUNCTIONS]

@@ -160,8 +160,8 @@ class ArrayMethods:
 def install() -> None:
     """Make ``Tracer`` an array: the members of `ArrayMethods`; the tracers of random generator
     arguments; ``np.arange`` of the batch size while a trace with a symbolic batch size runs;
-    SciPy's array-API lookups (and ``scipy.stats``' distributions, loaded with SciPy's) while any
-    trace runs."""
+    SciPy's array-API lookups (and ``scipy.stats``' distributions, loaded with SciPy's) and NumPy's
+    functions of lists holding traced values while any trace runs."""
     for name, member in vars(ArrayMethods).items():
         if callable(member) or isinstance(member, property):
             setattr(Tracer, name, member)
@@ -169,6 +169,10 @@ def install() -> None:
         LEAF_TRACERS[kind] = traced_generator
     SYMBOLIC_EXTENT.register(np, "arange", arange)
     buffers.install()
+    taken = set(ANY_TRACE.attributes())
+    for owner, name, substitute in dispatch.routes():
+        if (owner, name) not in taken:    # np.zeros_like makes buffers (``buffers``), and dispatches
+            ANY_TRACE.register(owner, name, substitute)
     for owner, name, substitute in scipy_namespace.substitutes():
         ANY_TRACE.register(owner, name, substitute)
     ANY_TRACE.provided_by("scipy.stats", f"{__package__}.scipy.stats")
