@@ -8,7 +8,6 @@ substitutes of `routes` while a trace runs.
 from __future__ import annotations
 
 import builtins
-import difflib
 import functools
 
 import numpy as np
@@ -56,11 +55,18 @@ def dispatch_path(func) -> str:
     return f"{prefix}.{name}"
 
 
+# Supported functions that do the job of an unsupported one under another name.
+SAME_JOB = {"cumulative_sum": "cumsum", "cumulative_prod": "cumprod", "fix": "trunc"}
+
+
 def unsupported_error(func) -> UnsupportedError:
-    """The function by its path, and the nearest supported spelling where there is one."""
+    """The function by its path, and the supported function that does its job where there is one:
+    the same name but for case and underscores, or one of `SAME_JOB` (a name that is merely close,
+    ``np.std`` for ``np.linalg.svd``, would mislead)."""
     supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
-    nearest = difflib.get_close_matches(func.__name__, supported, n=1)
-    hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
+    spelling = lambda name: name.replace("_", "").lower()
+    same = SAME_JOB.get(func.__name__) or next((n for n in supported if spelling(n) == spelling(func.__name__)), None)
+    hint = f" (use {supported[same]}, which does the same)" if same in supported else ""
     return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
 
 
