@@ -1,7 +1,8 @@
 """Nested containers of arrays (dicts, lists, tuples, namedtuples) as flat leaf lists.
 
 Dict keys are visited in sorted order, as JAX does, so the flat order does not depend on how
-the user built the dict.
+the user built the dict. ``None`` is a node without children, as in JAX: part of the structure
+(a call's signature), not a leaf, and given back as ``None``.
 """
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ class TreeDef:
     def __str__(self) -> str:
         if self.kind is None:
             return "*"
+        if self.kind is NONE:
+            return "None"
         inner = ", ".join(f"{k!r}: {c}" if self.kind is dict else str(c) for k, c in self._labelled())
         return {dict: "{%s}", list: "[%s]"}.get(self.kind, "(%s)") % inner
 
@@ -34,6 +37,7 @@ class TreeDef:
 
 
 LEAF = TreeDef(None)
+NONE = type(None)
 
 
 def _is_namedtuple(x) -> bool:
@@ -41,6 +45,8 @@ def _is_namedtuple(x) -> bool:
 
 
 def _children(tree) -> tuple[type, tuple, list] | None:
+    if tree is None:
+        return NONE, (), []
     if isinstance(tree, dict):
         keys = tuple(sorted(tree))
         return dict, keys, [tree[k] for k in keys]
@@ -82,6 +88,8 @@ def builder(treedef: TreeDef) -> Callable[[Iterator], Any]:
         return next
     children = [builder(c) for c in treedef.children]
     kind, keys = treedef.kind, treedef.keys
+    if kind is NONE:
+        return lambda it: None
     if kind is dict:
         return lambda it: {k: b(it) for k, b in zip(keys, children)}
     if keys:  # namedtuple
