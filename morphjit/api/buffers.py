@@ -187,6 +187,43 @@ def _at_least(x, ndmin: int):
     return A.reshape(x, (1,) * (ndmin - x.ndim) + tuple(x.shape)) if ndmin > x.ndim else x
 
 
+# ---------------------------------------------------------------------------------------------
+# NumPy's scalar types called on traced values: ``np.float64(x)`` is ``x.astype(np.float64)``
+
+
+class _ScalarTypeMeta(type):
+    """The metaclass of a scalar type's substitute, which stands for the NumPy type in ``isinstance``,
+    ``issubclass``, ``==`` and hashing (only ``is`` tells them apart); ``np.dtype`` of it is the type's."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls.numpy_type)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, cls.numpy_type)
+
+    def __eq__(cls, other):
+        return other is cls or other is cls.numpy_type
+
+    def __hash__(cls):
+        return hash(cls.numpy_type)
+
+
+def scalar_type(numpy_type):
+    """A substitute of ``numpy_type`` (``np.float64``): called on a traced value or a list holding
+    some, the values cast to it (as NumPy does an array: ``np.float64`` of a float32 array is a
+    cast); on anything else, NumPy's own scalar."""
+    def new(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and A.holds_tracers(args[0]):
+            return A.astype(A.as_array(args[0]), numpy_type)
+        return numpy_type(*args, **kwargs)
+    return _ScalarTypeMeta(numpy_type.__name__, (numpy_type,), {"__new__": new, "numpy_type": numpy_type,
+                                                                "__module__": "numpy", "__doc__": numpy_type.__doc__})
+
+
+SCALAR_TYPES = {np.float64: ("float64", "double"), np.float32: ("float32", "single"), np.int64: ("int64",),
+                np.int32: ("int32",)}
+
+
 def install() -> None:
     """Register the substitutes while any trace runs."""
     for name in ("zeros", "ones", "empty"):
@@ -198,5 +235,9 @@ def install() -> None:
     ANY_TRACE.register(np, "full_like", full_like)
     ANY_TRACE.register(np, "array", array)
     ANY_TRACE.register(sys.modules["numpy.lib._index_tricks_impl"], "array", index_tricks_array)
+    for numpy_type, names in SCALAR_TYPES.items():
+        substitute = scalar_type(numpy_type)
+        for name in names:
+            ANY_TRACE.register(np, name, substitute)
     for name, order in (("asarray", "K"), ("asanyarray", "K"), ("ascontiguousarray", "C"), ("asfortranarray", "F")):
         ANY_TRACE.register(np, name, _converter(name, order))

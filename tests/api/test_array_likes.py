@@ -52,7 +52,9 @@ def list_terms(x):
             np.r_["0,2", x, x], np.concatenate([x, [x[0], 3.0]]), np.stack([[x[0], x[1]], [x[2], 1.0]]),
             np.linalg.norm([x[0], x[1], x[2]]), np.dot([x[0], x[1]], [x[2], x[3]]), np.maximum([x[0], x[1]], x[2]),
             mj.mean([x, 2 * x], axis=0), np.array([x[0], 1]), np.array((x[:2], [x[3], 5.0])),
-            np.prod([[x[0], x[1]], [x[2], 2.0]], axis=1), np.where(x > 0, [x[1]] * 4, x)]
+            np.prod([[x[0], x[1]], [x[2], 2.0]], axis=1), np.where(x > 0, [x[1]] * 4, x),
+            np.float64(np.sum(x)), np.float32(x > 0), np.float64([x[0], x[1]]), np.int64(3 * x), np.int32(x[2]),
+            np.double(x[1])]   # (np.float32 of float64 values: test_numpy_scalar_types_cast_traced_values)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -68,6 +70,30 @@ def test_a_python_scalar_argument_in_a_list_is_not_weak():
     x = np.ones(1, np.float32)
     out = mj.compile(lambda x, s: np.array([x[0], s]))(x, 2.5)
     assert out.dtype == np.array([x[0], 2.5]).dtype == np.float64
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_numpy_scalar_types_cast_traced_values(backend):
+    x = np.array([0.1, -2.7, 1e40, 3.5])
+    casts = lambda x: [np.float32(x), np.single(x[0]), np.int64(x[:2]), np.float64(np.float32(x[1]))]
+    with np.errstate(over="ignore"):    # 1e40 is inf in float32
+        expected = casts(x)
+    for got, e in zip(mj.compile(casts, backend=backend)(x), expected):
+        assert np.asarray(got).dtype == np.asarray(e).dtype
+        np.testing.assert_array_equal(got, e)
+
+
+def test_numpy_scalar_types_keep_their_meaning_while_tracing():
+    """The scalar types' substitutes (which cast traced values) are NumPy's types to every other use."""
+    def uses(x):
+        assert isinstance(np.float64(1.5), np.float64) and type(np.float64(1.5)).__name__ == "float64"
+        assert issubclass(np.float64, np.floating) and np.issubdtype(np.float64, np.floating)
+        assert np.dtype(np.float64) == np.float64 and np.zeros(2, np.int32).dtype == np.int32
+        assert {np.float32: 1}[np.dtype(np.float32).type] == 1 and np.finfo(np.float32).bits == 32
+        assert isinstance(np.int64(7), np.int64) and np.float32(2) == 2
+        return x.astype(np.float32)
+
+    assert mj.compile(uses)(np.ones(2)).dtype == np.float32
 
 
 def test_ragged_lists_are_refused():
