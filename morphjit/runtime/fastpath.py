@@ -42,6 +42,9 @@ class FastPath(Source):
             leaves.append(f"{prefix}{len(leaves)}")
             self.line(f"{leaves[-1]} = {expr}")
             return
+        if treedef.kind is type(None):     # None is structure (``util.pytree``), not a leaf
+            self.line(f"if {expr} is not None: return None")
+            return
         node = f"{prefix}n{len(self.lines) - start}"
         kind = self.constant(treedef.kind)
         self.line(f"{node} = {expr}")
