@@ -219,3 +219,35 @@ def test_a_multivariate_distribution_is_named_by_its_public_name(logpdf):
         mj.trace(logpdf, np.array([0.2, 0.3, 0.5]))
     message = str(info.value)
     assert message.startswith("scipy.stats.dirichlet.logpdf does not trace") and "mj.stats.logpdf" not in message
+
+
+# ---------------------------------------------------------------------------------------------
+# A Python list of ints as a data argument (min-char-rnn's ``inputs``)
+
+
+def char_rnn_loss(params, inputs, targets):
+    """min-char-rnn's loss: one-hot rows written at ``inputs[t]``, a row of the embedding gathered
+    with the whole list."""
+    wxh, why = params
+    h, loss = np.zeros((wxh.shape[0], 1), wxh.dtype), 0.0
+    for t in range(len(inputs)):
+        x = np.zeros((wxh.shape[1], 1), wxh.dtype)
+        x[inputs[t]] = 1
+        h = np.tanh(wxh @ x + h)
+        y = why @ h
+        loss += -np.log((np.exp(y) / np.sum(np.exp(y)))[targets[t], 0])
+    return loss + 0.1 * np.sum(wxh[:, inputs] ** 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_list_of_ints_argument_indexes_without_a_compile_per_list(backend, dtype):
+    rng = np.random.default_rng(5)
+    params = [rng.standard_normal((4, 5)).astype(dtype), rng.standard_normal((5, 4)).astype(dtype)]
+    step = mj.compile_loss(char_rnn_loss, backend=backend)
+    for inputs, targets in (([3, 1, 4], [1, 4, 0]), ([0, 2, 2], [2, 2, 1])):
+        value, grads = step(params, inputs, targets)
+        np.testing.assert_allclose(value, char_rnn_loss(params, inputs, targets), rtol=1e-5 if dtype == np.float32 else 1e-12)
+        check_loss_grads_fd(lambda ps: char_rnn_loss(ps, inputs, targets), [p.astype(np.float64) for p in params],
+                            [g.astype(np.float64) for g in grads], rng=rng, rtol=1e-4 if dtype == np.float32 else 1e-6)
+    assert step.cache_info().misses == 1
