@@ -2,7 +2,7 @@
 called by ``morphjit.api``): its operators and methods (NumPy's, written with the array
 functions), NumPy's protocols (the dispatch of plain NumPy calls, conversion refused with a hint),
 indexing and item assignment, the array-API namespace; and, also installed there, the tracers of
-random generator arguments and the library functions replaced while traces run.
+random generator arguments and of lists of ints, and the library functions replaced while traces run.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from ..ir import TensorType, Var
 from ..native import GENERATORS
 from ..tracing import ANY_TRACE, LEAF_TRACERS, SYMBOLIC_EXTENT, Tracer, concrete_value_error, tracer as trace
 from ..util import UnsupportedError, user_location
@@ -157,6 +158,20 @@ class ArrayMethods:
     round = lambda self, decimals=0: np.round(self, decimals)
 
 
+class TracedInts(list):
+    """A list of Python ints argument, traced: one int64 array input (``operand``), whose elements
+    the function reads as traced Python ints (weak in promotions, as the ints are)."""
+
+    operand = None
+
+
+def traced_int_list(t, ints: list, path: str) -> TracedInts:
+    array = Tracer(t, Var(TensorType((len(ints),), np.dtype(np.int64))))
+    traced = TracedInts(Tracer(t, getitem(array, k).operand, weak=True) for k in range(len(ints)))
+    traced.operand = array.operand
+    return traced
+
+
 def install() -> None:
     """Make ``Tracer`` an array: the members of `ArrayMethods`; the tracers of random generator
     arguments; ``np.arange`` of the batch size while a trace with a symbolic batch size runs;
@@ -167,6 +182,7 @@ def install() -> None:
             setattr(Tracer, name, member)
     for kind in GENERATORS:
         LEAF_TRACERS[kind] = traced_generator
+    LEAF_TRACERS[list] = traced_int_list    # the lists that are leaves: of ints (``util.pytree``)
     SYMBOLIC_EXTENT.register(np, "arange", arange)
     buffers.install()
     taken = set(ANY_TRACE.attributes())

@@ -453,3 +453,28 @@ def test_none_in_a_data_argument_is_passed_through(backend, dtype):
     step(params, (durations[:5] * 2, None))
     info = step.cache_info()
     assert info.misses == 2 and info.hits == 1, info   # None and an array are two signatures; the batch size is not
+
+
+# ---------------------------------------------------------------------------------------------
+# A flat list of Python ints in the arguments: one int64 array input
+
+
+def test_a_list_of_ints_is_one_integer_input_read_as_python_ints():
+    seen = []
+
+    def fn(p, k):
+        seen.append(type(k))
+        return np.sum(p[k] * k[0]) + np.sum(p[k[1:]])
+
+    p = np.arange(1.0, 5.0, dtype=np.float32)
+    step = mj.compile_loss(fn)
+    for k in ([3, 1, 2], [0, 0, 3], [1, 2, 3]):
+        value, grad = step(p, k)
+        np.testing.assert_allclose(value, fn(p, k), rtol=1e-6)
+        assert value.dtype == fn(p, k).dtype == np.float32      # k[0] promotes as a Python int
+    info = step.cache_info()
+    assert info.misses == 1 and info.hits == 2 and info.signatures == ("f32[4] i64[3]",), info
+    assert issubclass(seen[0], list)    # the function still gets a list
+    step(p, [1, True, 2])               # not ints only: its numbers traced one by one, another step
+    step(p, [1, 2])                     # another length, another step
+    assert step.cache_info().misses == 3
