@@ -7,7 +7,8 @@ read before it was written is refused. Library code (NumPy's, SciPy's, morphjit'
 installed) and other threads get NumPy's own arrays. ``np.array``, ``np.asarray``,
 ``np.asanyarray``, ``np.ascontiguousarray`` and ``np.asfortranarray`` of a traced array (or of a
 list holding traced values) follow NumPy's view-or-copy rule, and so do ``np.r_[...]`` and ``np.c_[...]``
-of traced values (the conversion their items go through). ``install`` registers them as
+of traced values (the conversion their items go through); ``np.float64``, ``np.float32``, ``np.int64``
+and ``np.int32`` of traced values cast them (`scalar_type`). ``install`` registers them as
 substitutes (``morphjit.tracing.substitutes``).
 """
 from __future__ import annotations

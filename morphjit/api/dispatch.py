@@ -61,11 +61,12 @@ SAME_JOB = {"cumulative_sum": "cumsum", "cumulative_prod": "cumprod", "fix": "tr
 
 def unsupported_error(func) -> UnsupportedError:
     """The function by its path, and the supported function that does its job where there is one:
-    the same name but for case and underscores, or one of `SAME_JOB` (a name that is merely close,
-    ``np.std`` for ``np.linalg.svd``, would mislead)."""
+    its name spelled with other underscores or case, or one of `SAME_JOB` (a name that is merely
+    close, ``np.std`` for ``np.linalg.svd``, would mislead, and so would the same name in another
+    module: ``np.add`` for ``np.char.add``)."""
     supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
-    spelling = lambda name: name.replace("_", "").lower()
-    same = SAME_JOB.get(func.__name__) or next((n for n in supported if spelling(n) == spelling(func.__name__)), None)
+    name, spelling = func.__name__, lambda name: name.replace("_", "").lower()
+    same = SAME_JOB.get(name) or next((n for n in supported if n != name and spelling(n) == spelling(name)), None)
     hint = f" (use {supported[same]}, which does the same)" if same in supported else ""
     return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
 
