@@ -22,6 +22,17 @@ from .random import traced_generator
 from .scipy import namespace as scipy_namespace
 
 
+def _ufunc_of_a_list_error(frame) -> UnsupportedError | None:
+    """The error of a NumPy ufunc called (at ``frame``) on a list holding traced values, which the ufunc
+    converts to an array itself (before any dispatch a tracer could take); None for other callers."""
+    name = buffers.callee_name(frame.f_code, frame.f_lasti)
+    if not isinstance(getattr(np, name or "", None), np.ufunc):
+        return None
+    return UnsupportedError(f"np.{name} of a list holding traced values: NumPy's ufuncs convert a list to an array "
+                            f"themselves, which a traced value cannot join; write np.{name}(np.array([...]))",
+                            user_location())
+
+
 class ArrayMethods:
     """What a traced array has as an array: `install` puts each of these on ``Tracer``."""
 
@@ -41,8 +52,8 @@ class ArrayMethods:
         caller = scipy_caller()
         if caller is not None:
             raise scipy_conversion_error(*caller)
-        raise trace.numpy_write_error() or concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
-                                   "use the traced value with NumPy functions directly")
+        raise trace.numpy_write_error() or _ufunc_of_a_list_error(sys._getframe(1)) or concrete_value_error(
+            "conversion to a NumPy array (np.asarray, np.array)", "use the traced value with NumPy functions directly")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         return dispatch.apply_ufunc(ufunc, method, inputs, kwargs)

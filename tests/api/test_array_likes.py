@@ -96,6 +96,13 @@ def test_numpy_scalar_types_keep_their_meaning_while_tracing():
     assert mj.compile(uses)(np.ones(2)).dtype == np.float32
 
 
+@pytest.mark.parametrize("ufunc", [lambda x: np.exp([x[0], x[1]]), lambda x: np.add([x[0], x[1]], 1.0)])
+def test_a_ufunc_of_a_list_of_traced_values_says_to_make_it_an_array(ufunc):
+    """NumPy's ufuncs convert a list argument themselves, before any dispatch a tracer could take."""
+    with pytest.raises(mj.UnsupportedError, match=r"of a list holding traced values.*np.array\(\[...\]\)"):
+        mj.trace(ufunc, np.ones(2))
+
+
 def test_ragged_lists_are_refused():
     with pytest.raises(mj.ShapeError, match="same shape"):
         mj.trace(lambda x: np.sum([x, x[:2]]), np.ones(3))
