@@ -20,6 +20,7 @@ import sys
 import sysconfig
 
 import numpy as np
+from numba.extending import typeof_impl
 
 from ..ir import Sym
 from ..tracing import ANY_TRACE, SUPPORTED_DTYPES, Tracer, storage, tracer as trace
@@ -207,6 +208,13 @@ class _ScalarTypeMeta(type):
 
     def __hash__(cls):
         return hash(cls.numpy_type)
+
+
+@typeof_impl.register(_ScalarTypeMeta)
+def _numba_type(substitute, context):
+    """numba's type of a substitute: its NumPy type's (a numba function compiled while a trace runs, in
+    any thread, reads ``np.float64`` from NumPy's module)."""
+    return typeof_impl(substitute.numpy_type, context)
 
 
 def scalar_type(numpy_type):

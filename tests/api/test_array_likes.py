@@ -103,6 +103,21 @@ def test_a_ufunc_of_a_list_of_traced_values_says_to_make_it_an_array(ufunc):
         mj.trace(ufunc, np.ones(2))
 
 
+def test_a_numba_function_compiled_while_tracing_reads_numpys_scalar_types():
+    """Functions compiled while a trace runs (in any thread) see the substitute of ``np.float64``
+    under NumPy's name: numba types it as NumPy's type."""
+    import numba
+    source = "def f(a):\n    return np.float64(a[0]) + np.float32(1) + np.int32(2) + np.int64(a[1])\n"
+
+    def fn(x):
+        namespace = {"np": np}
+        exec(source, namespace)    # a new function, so numba compiles it now, while the trace runs
+        assert numba.njit(namespace["f"])(np.arange(1.0, 4.0)) == 1 + 1 + 2 + 2
+        return np.sum(x)
+
+    mj.trace(fn, np.ones(2))
+
+
 def test_ragged_lists_are_refused():
     with pytest.raises(mj.ShapeError, match="same shape"):
         mj.trace(lambda x: np.sum([x, x[:2]]), np.ones(3))
