@@ -55,8 +55,9 @@ def dispatch_path(func) -> str:
     return f"{prefix}.{name}"
 
 
-# Supported functions that do the job of an unsupported one under another name.
-SAME_JOB = {"cumulative_sum": "cumsum", "cumulative_prod": "cumprod", "fix": "trunc"}
+# Supported functions that do the job of an unsupported one (of its family), and how.
+SAME_JOB = {"cumulative_sum": ("cumsum", "which does the same"), "cumulative_prod": ("cumprod", "which does the same"),
+            "fix": ("trunc", "which does the same"), "gamma": ("gammaln", "gamma(x) is exp(gammaln(x)) for x > 0")}
 
 
 def unsupported_error(func) -> UnsupportedError:
@@ -66,8 +67,9 @@ def unsupported_error(func) -> UnsupportedError:
     module: ``np.add`` for ``np.char.add``)."""
     supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
     name, spelling = func.__name__, lambda name: name.replace("_", "").lower()
-    same = SAME_JOB.get(name) or next((n for n in supported if n != name and spelling(n) == spelling(name)), None)
-    hint = f" (use {supported[same]}, which does the same)" if same in supported else ""
+    same, how = SAME_JOB.get(name) or (next((n for n in supported if n != name and spelling(n) == spelling(name)), None),
+                                       "which does the same")
+    hint = f" (use {supported[same]}, {how})" if same in supported else ""
     return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
 
 
