@@ -6,7 +6,9 @@ written into them (``out = np.zeros((n, k)); out[i] = ...``); an element of ``np
 read before it was written is refused. Library code (NumPy's, SciPy's, morphjit's, anything
 installed) and other threads get NumPy's own arrays. ``np.array``, ``np.asarray``,
 ``np.asanyarray``, ``np.ascontiguousarray`` and ``np.asfortranarray`` of a traced array (or of a
-list holding traced values) follow NumPy's view-or-copy rule. ``install`` registers them as
+list holding traced values) follow NumPy's view-or-copy rule, and so do ``np.r_[...]`` and ``np.c_[...]``
+of traced values (the conversion their items go through); ``np.float64``, ``np.float32``, ``np.int64``
+and ``np.int32`` of traced values cast them (`scalar_type`). ``install`` registers them as
 substitutes (``morphjit.tracing.substitutes``).
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import sysconfig
 
 import numpy as np
+from numba.extending import typeof_impl
 
 from ..ir import Sym
 from ..tracing import ANY_TRACE, SUPPORTED_DTYPES, Tracer, storage, tracer as trace
@@ -149,10 +152,25 @@ def _from_numpy(name: str) -> bool:
 
 
 def array(obj, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):
-    if like is None and not subok and _holds_tracers(obj) and not _from_numpy("array"):
+    if like is None and not subok and A.holds_tracers(obj) and not _from_numpy("array"):
         if isinstance(obj, Tracer):
             return _at_least(conversion_copy(obj, dtype, order, copy), ndmin)
-        return _at_least(A.astype(_stacked(obj), dtype) if dtype is not None else _stacked(obj), ndmin)
+        return _traced_array(obj, dtype, ndmin)
+    return NUMPY["array"](obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin, like=like)
+
+
+def _traced_array(obj, dtype, ndmin: int):
+    """A tracer, or a list holding some, as an array of ``dtype`` (its own if None) with at least
+    ``ndmin`` dimensions."""
+    x = A.as_array(obj)
+    return _at_least(x if dtype is None else A.astype(x, dtype), ndmin)
+
+
+def index_tricks_array(obj, dtype=None, *, copy=True, order="K", subok=False, ndmin=0, like=None):
+    """The ``array`` that ``np.r_`` and ``np.c_`` convert their items with: traced items become
+    traced arrays (which their concatenation then dispatches on)."""
+    if like is None and A.holds_tracers(obj):
+        return _traced_array(obj, dtype, ndmin)
     return NUMPY["array"](obj, dtype, copy=copy, order=order, subok=subok, ndmin=ndmin, like=like)
 
 
@@ -167,21 +185,52 @@ def _converter(name: str, order: str):
     return convert
 
 
-def _holds_tracers(obj) -> bool:
-    if isinstance(obj, Tracer):
-        return True
-    return isinstance(obj, (list, tuple)) and any(_holds_tracers(x) for x in obj)
-
-
-def _stacked(obj):
-    """A nested list holding traced values as one array, as ``np.array`` would make it."""
-    if not isinstance(obj, (list, tuple)):
-        return A.as_array(obj)
-    return A.stack([_stacked(x) for x in obj]) if obj else NUMPY["array"](obj)
-
-
 def _at_least(x, ndmin: int):
     return A.reshape(x, (1,) * (ndmin - x.ndim) + tuple(x.shape)) if ndmin > x.ndim else x
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy's scalar types called on traced values: ``np.float64(x)`` is ``x.astype(np.float64)``
+
+
+class _ScalarTypeMeta(type):
+    """The metaclass of a scalar type's substitute, which stands for the NumPy type in ``isinstance``,
+    ``issubclass``, ``==`` and hashing (only ``is`` tells them apart); ``np.dtype`` of it is the type's."""
+
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, cls.numpy_type)
+
+    def __subclasscheck__(cls, sub):
+        return issubclass(sub, cls.numpy_type)
+
+    def __eq__(cls, other):
+        return other is cls or other is cls.numpy_type
+
+    def __hash__(cls):
+        return hash(cls.numpy_type)
+
+
+@typeof_impl.register(_ScalarTypeMeta)
+def _numba_type(substitute, context):
+    """numba's type of a substitute: its NumPy type's (a numba function compiled while a trace runs, in
+    any thread, reads ``np.float64`` from NumPy's module)."""
+    return typeof_impl(substitute.numpy_type, context)
+
+
+def scalar_type(numpy_type):
+    """A substitute of ``numpy_type`` (``np.float64``): called on a traced value or a list holding
+    some, the values cast to it (as NumPy does an array: ``np.float64`` of a float32 array is a
+    cast); on anything else, NumPy's own scalar."""
+    def new(cls, *args, **kwargs):
+        if len(args) == 1 and not kwargs and A.holds_tracers(args[0]):
+            return A.astype(A.as_array(args[0]), numpy_type)
+        return numpy_type(*args, **kwargs)
+    return _ScalarTypeMeta(numpy_type.__name__, (numpy_type,), {"__new__": new, "numpy_type": numpy_type,
+                                                                "__module__": "numpy", "__doc__": numpy_type.__doc__})
+
+
+SCALAR_TYPES = {np.float64: ("float64", "double"), np.float32: ("float32", "single"), np.int64: ("int64",),
+                np.int32: ("int32",)}
 
 
 def install() -> None:
@@ -194,5 +243,10 @@ def install() -> None:
     ANY_TRACE.register(np, "eye", eye)
     ANY_TRACE.register(np, "full_like", full_like)
     ANY_TRACE.register(np, "array", array)
+    ANY_TRACE.register(sys.modules["numpy.lib._index_tricks_impl"], "array", index_tricks_array)
+    for numpy_type, names in SCALAR_TYPES.items():
+        substitute = scalar_type(numpy_type)
+        for name in names:
+            ANY_TRACE.register(np, name, substitute)
     for name, order in (("asarray", "K"), ("asanyarray", "K"), ("ascontiguousarray", "C"), ("asfortranarray", "F")):
         ANY_TRACE.register(np, name, _converter(name, order))

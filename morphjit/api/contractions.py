@@ -142,7 +142,7 @@ def einsum(subscripts, *operands, out=None, optimize=False, dtype=None, order="K
     layout of the result, which a traced array does not have)."""
     A.no_out("einsum", out)
     if not isinstance(subscripts, str):
-        raise ShapeError("einsum: only the subscripts-string form is supported", user_location())
+        subscripts, operands = _from_sublists((subscripts,) + operands)
     if order not in ("C", "F", "A", "K"):
         raise ValueError(f"einsum: order must be one of 'C', 'F', 'A', or 'K' (got {order!r})")
     operands = [A.as_array(x) if dtype is None else A.astype(A.as_array(x), dtype, casting) for x in operands]
@@ -161,6 +161,26 @@ def einsum(subscripts, *operands, out=None, optimize=False, dtype=None, order="K
         x, letters = _contract(x, letters, y, y_letters, later, sizes)
     x, letters = _sum_letters(x, letters, set(letters) - set(output))
     return _arrange(x, letters, output)
+
+
+def _from_sublists(arguments) -> tuple[str, list]:
+    """NumPy's sublist form ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` as a subscripts string and the
+    operands: labels 0-25 are ``A``-``Z``, 26-51 ``a``-``z``, ``Ellipsis`` is ``...``."""
+    pairs = arguments[:len(arguments) - len(arguments) % 2]
+    output = "->" + _sublist_letters(arguments[-1]) if len(arguments) % 2 else ""
+    return ",".join(_sublist_letters(s) for s in pairs[1::2]) + output, list(pairs[0::2])
+
+
+def _sublist_letters(sublist) -> str:
+    letters = []
+    for label in sublist:
+        if label is Ellipsis:
+            letters.append("...")
+        elif isinstance(label, (int, np.integer)) and not isinstance(label, bool) and 0 <= label < 52:
+            letters.append(string.ascii_uppercase[label] if label < 26 else string.ascii_lowercase[label - 26])
+        else:
+            raise ValueError(f"einsum: subscript {label!r} is not within the valid range [0, 52) (nor Ellipsis)")
+    return "".join(letters)
 
 
 def _letter_sizes(operands, inputs) -> dict:

@@ -43,13 +43,24 @@ def public_name(frame) -> tuple[str, str]:
     ``scipy._lib`` decorator, of the public function in its closure."""
     module, name = frame.f_globals["__name__"], frame.f_code.co_name
     owner = frame.f_locals.get("self")
-    owner = getattr(owner, "dist", owner)   # a frozen distribution's
-    if isinstance(getattr(owner, "name", None), str):
-        name = f"{owner.name}.{name}"   # a method of a named object: scipy.stats.norm.logpdf
+    owner = getattr(owner, "dist", getattr(owner, "_dist", owner))   # a frozen distribution's
+    owner_name = getattr(owner, "name", None) if owner is not None else None
+    if not isinstance(owner_name, str) and owner is not None:
+        owner_name = public_instance_name(owner, module.split("._")[0])
+    if isinstance(owner_name, str):
+        name = f"{owner_name}.{name}"   # a method of a named object: scipy.stats.norm.logpdf, dirichlet.logpdf
     if module.startswith("scipy._lib"):
         wrapped = [f for f in frame.f_locals.values() if callable(f) and is_public_scipy(f)]
         module, name = (wrapped[0].__module__, wrapped[0].__name__) if wrapped else (module, name)
     return module.split("._")[0], name
+
+
+def public_instance_name(owner, module: str) -> str | None:
+    """The name the public ``module`` gives an object of ``owner``'s class (``dirichlet`` in scipy.stats,
+    whose frozen distributions hold another instance), if any."""
+    namespace = vars(sys.modules[module]) if module in sys.modules else {}
+    return next((name for name, value in namespace.items()
+                 if type(value) is type(owner) and not isinstance(value, type) and not name.startswith("_")), None)
 
 
 def has_path(namespace, path: str) -> bool:

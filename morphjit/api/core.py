@@ -36,6 +36,8 @@ def _value(x):
         raise UnsupportedError(f"an operand is {x.why}", user_location())
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return x
+    if holds_tracers(x):
+        return _stacked(x)
     if isinstance(x, (np.ndarray, np.generic, list, tuple)):
         array = np.asarray(x)
         if array.dtype not in SUPPORTED_DTYPES:
@@ -43,6 +45,23 @@ def _value(x):
                              f"int32, int64 and bool are)", user_location())
         return array
     raise TracingError(f"cannot use a {type(x).__name__} as an array", user_location())
+
+
+def holds_tracers(obj) -> bool:
+    """Whether ``obj`` is a traced array or a (nested) list or tuple holding one."""
+    if isinstance(obj, Tracer):
+        return True
+    return isinstance(obj, (list, tuple)) and builtins.any(holds_tracers(x) for x in obj)
+
+
+def _stacked(obj):
+    """A nested list or tuple holding traced values as one array, as ``np.array`` makes it: Python
+    scalars in it count as float64, int64 or bool (not weakly, as operands of a ufunc would)."""
+    if isinstance(obj, Tracer):
+        return Tracer(obj.trace, obj.operand) if obj.weak else obj
+    if not holds_tracers(obj):
+        return _as_array(obj)
+    return stack([_stacked(x) for x in obj])
 
 
 def _trace_of(values):

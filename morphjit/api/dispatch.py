@@ -1,11 +1,14 @@
 """The NumPy dispatch of traced arrays: plain NumPy calls on tracers (``np.exp(x)``,
 ``np.sum(x)``, SciPy's ufuncs) arrive at `apply_ufunc` and `apply_function` through the tracer's
 ``__array_ufunc__`` and ``__array_function__``, and are served by the array functions of
-`UFUNCS` and `FUNCTIONS`: the families' own entries, merged here in one place.
+`UFUNCS` and `FUNCTIONS`: the families' own entries, merged here in one place. NumPy's dispatch
+does not look inside lists: ``np.mean([x, y])`` of tracers reaches `apply_function` through the
+substitutes of `routes` while a trace runs.
 """
 from __future__ import annotations
 
-import difflib
+import builtins
+import functools
 
 import numpy as np
 
@@ -52,9 +55,38 @@ def dispatch_path(func) -> str:
     return f"{prefix}.{name}"
 
 
+# Supported functions that do the job of an unsupported one (of its family), and how.
+SAME_JOB = {"cumulative_sum": ("cumsum", "which does the same"), "cumulative_prod": ("cumprod", "which does the same"),
+            "fix": ("trunc", "which does the same"), "gamma": ("gammaln", "gamma(x) is exp(gammaln(x)) for x > 0")}
+
+
 def unsupported_error(func) -> UnsupportedError:
-    """The function by its path, and the nearest supported spelling where there is one."""
+    """The function by its path, and the supported function that does its job where there is one:
+    its name spelled with other underscores or case, or one of `SAME_JOB` (a name that is merely
+    close, ``np.std`` for ``np.linalg.svd``, would mislead, and so would the same name in another
+    module: ``np.add`` for ``np.char.add``)."""
     supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
-    nearest = difflib.get_close_matches(func.__name__, supported, n=1)
-    hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
+    name, spelling = func.__name__, lambda name: name.replace("_", "").lower()
+    same, how = SAME_JOB.get(name) or (next((n for n in supported if n != name and spelling(n) == spelling(name)), None),
+                                       "which does the same")
+    hint = f" (use {supported[same]}, {how})" if same in supported else ""
     return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
+
+
+def _routed(function):
+    """NumPy's ``function``, which calls morphjit's where an argument is a traced array or a list or
+    tuple holding one (NumPy's dispatch would convert such a list to an array, and fail)."""
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        if builtins.any(map(core.holds_tracers, args)) or builtins.any(map(core.holds_tracers, kwargs.values())):
+            return apply_function(function, args, kwargs)
+        return function(*args, **kwargs)
+    return call
+
+
+def routes() -> list[tuple[object, str, object]]:
+    """``(module, name, substitute)`` for each function of `FUNCTIONS` that is an attribute of ``np``,
+    ``np.linalg`` or ``np.lib.stride_tricks``."""
+    modules = (np, np.linalg, np.lib.stride_tricks)
+    return [(module, name, _routed(value)) for module in modules for name, value in vars(module).items()
+            if callable(value) and value in FUNCTIONS]

@@ -243,6 +243,8 @@ def is_mask(k) -> bool:
     return is_index_array(k) and A.as_array(k).dtype == np.bool_
 
 
+# NumPy's own functions, taken at import: while a trace runs, ``np.sum`` is its substitute (``dispatch.routes``).
+MASK_REDUCTIONS = (np.sum, np.mean)
 MASK_HINT = ("indexing with a boolean mask gives a shape that depends on the data, which a compiled step cannot have; "
              "it can only be reduced (x[mask].sum(), x[mask].mean(), np.sum(x[mask] ** 2)); "
              "write np.where(mask, x, 0) to keep the shape (and np.where(mask, v, x) for x[mask] = v)")
@@ -302,7 +304,7 @@ class Masked(trace.NotAnArray):
         return self.elementwise(lambda *xs: getattr(ufunc, method)(*xs, **kwargs), *inputs)
 
     def __array_function__(self, func, types, args, kwargs):
-        if func in (np.sum, np.mean):
+        if func in MASK_REDUCTIONS:
             return getattr(args[0], func.__name__)(*args[1:], **kwargs)
         raise UnsupportedError(f"np.{func.__name__} of x[mask]: {MASK_HINT}", user_location())
 

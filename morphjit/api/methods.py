@@ -2,7 +2,7 @@
 called by ``morphjit.api``): its operators and methods (NumPy's, written with the array
 functions), NumPy's protocols (the dispatch of plain NumPy calls, conversion refused with a hint),
 indexing and item assignment, the array-API namespace; and, also installed there, the tracers of
-random generator arguments and the library functions replaced while traces run.
+random generator arguments and of lists of ints, and the library functions replaced while traces run.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 
+from ..ir import TensorType, Var
 from ..native import GENERATORS
 from ..tracing import ANY_TRACE, LEAF_TRACERS, SYMBOLIC_EXTENT, Tracer, concrete_value_error, tracer as trace
 from ..util import UnsupportedError, user_location
@@ -19,6 +20,17 @@ from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error
 from .indexing import arange, getitem
 from .random import global_draws, traced_generator
 from .scipy import namespace as scipy_namespace
+
+
+def _ufunc_of_a_list_error(frame) -> UnsupportedError | None:
+    """The error of a NumPy ufunc called (at ``frame``) on a list holding traced values, which the ufunc
+    converts to an array itself (before any dispatch a tracer could take); None for other callers."""
+    name = buffers.callee_name(frame.f_code, frame.f_lasti)
+    if not isinstance(getattr(np, name or "", None), np.ufunc):
+        return None
+    return UnsupportedError(f"np.{name} of a list holding traced values: NumPy's ufuncs convert a list to an array "
+                            f"themselves, which a traced value cannot join; write np.{name}(np.array([...]))",
+                            user_location())
 
 
 class ArrayMethods:
@@ -40,8 +52,8 @@ class ArrayMethods:
         caller = scipy_caller()
         if caller is not None:
             raise scipy_conversion_error(*caller)
-        raise trace.numpy_write_error() or concrete_value_error("conversion to a NumPy array (np.asarray, np.array)",
-                                   "use the traced value with NumPy functions directly")
+        raise trace.numpy_write_error() or _ufunc_of_a_list_error(sys._getframe(1)) or concrete_value_error(
+            "conversion to a NumPy array (np.asarray, np.array)", "use the traced value with NumPy functions directly")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         return dispatch.apply_ufunc(ufunc, method, inputs, kwargs)
@@ -157,20 +169,40 @@ class ArrayMethods:
     round = lambda self, decimals=0: np.round(self, decimals)
 
 
+class TracedInts(list):
+    """A list of Python ints argument, traced: one int64 array input (``operand``), whose elements
+    the function reads as traced Python ints (weak in promotions, as the ints are)."""
+
+    operand = None
+
+
+def traced_int_list(t, ints: list, path: str) -> TracedInts:
+    array = Tracer(t, Var(TensorType((len(ints),), np.dtype(np.int64))))
+    traced = TracedInts(Tracer(t, getitem(array, k).operand, weak=True) for k in range(len(ints)))
+    traced.operand = array.operand
+    return traced
+
+
 def install() -> None:
     """Make ``Tracer`` an array: the members of `ArrayMethods`; the tracers of random generator
     arguments; ``np.arange`` of the batch size while a trace with a symbolic batch size runs;
     SciPy's array-API lookups (and ``scipy.stats``' distributions and ``scipy.linalg``'s functions,
-    loaded with SciPy's) while any trace runs."""
+    loaded with SciPy's), NumPy's global draws and NumPy's functions of lists holding traced values
+    while any trace runs."""
     for name, member in vars(ArrayMethods).items():
         if callable(member) or isinstance(member, property):
             setattr(Tracer, name, member)
     for kind in GENERATORS:
         LEAF_TRACERS[kind] = traced_generator
+    LEAF_TRACERS[list] = traced_int_list    # the lists that are leaves: of ints (``util.pytree``)
     for owner, name, substitute in global_draws():
         ANY_TRACE.register(owner, name, substitute)
     SYMBOLIC_EXTENT.register(np, "arange", arange)
     buffers.install()
+    taken = set(ANY_TRACE.attributes())
+    for owner, name, substitute in dispatch.routes():
+        if (owner, name) not in taken:    # np.zeros_like makes buffers (``buffers``), and dispatches
+            ANY_TRACE.register(owner, name, substitute)
     for owner, name, substitute in scipy_namespace.substitutes():
         ANY_TRACE.register(owner, name, substitute)
     ANY_TRACE.provided_by("scipy.stats", f"{__package__}.scipy.stats")

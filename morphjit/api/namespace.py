@@ -24,7 +24,7 @@ import numpy as np
 
 from ..tracing import SUPPORTED_DTYPES, Tracer, tracer as trace
 from ..util import UnsupportedError, user_location
-from . import core as A, dispatch, shapes as numpy_shape
+from . import core as A, dispatch, shapes as numpy_shape, ufuncs
 
 __array_api_version__ = "2023.12"
 API_VERSIONS = (None, "2021.12", "2022.12", "2023.12")
@@ -168,15 +168,7 @@ def clip(x, /, min=None, max=None):
     return x if min is None and max is None else np.clip(x, min, max)
 
 
-def real(x, /):
-    return A.as_array(x)     # morphjit's arrays are real
-
-
-conj = real
-
-
-def imag(x, /):
-    return A.zeros_like(x)
+real, conj, imag = ufuncs.real, ufuncs.conjugate, ufuncs.imag     # morphjit's arrays are real
 
 
 # ---------------------------------------------------------------------------------------------

@@ -89,6 +89,11 @@ def ptp(a, axis=None, out=None, keepdims=False):
     return A.subtract(A.extremum("max", a, axis, keepdims, empty="ptp"), A.extremum("min", a, axis, keepdims))
 
 
+def count_nonzero(a, axis=None, *, keepdims=False):
+    """The number of non-zero elements (NaN counts) along ``axis``, as int64; no gradient."""
+    return A.sum(A.truth(a), axis, np.int64, keepdims=keepdims)
+
+
 def average(a, axis=None, weights=None, returned=False, keepdims=False):
     a = A.as_array(a)
     if weights is None:
@@ -218,5 +223,5 @@ def _matrix_norm(x, ord, axis, keepdims):
 FUNCTIONS = {
     np.prod: prod, np.argmax: argmax, np.argmin: argmin, np.any: any, np.all: all, np.ptp: ptp,
     np.average: average, np.nansum: nansum, np.nanmean: nanmean, np.cumsum: cumsum,
-    np.cumprod: cumprod, np.linalg.norm: norm,
+    np.cumprod: cumprod, np.linalg.norm: norm, np.count_nonzero: count_nonzero,
 }

@@ -106,6 +106,23 @@ def split(ary, indices_or_sections, axis=0):
     return array_split(a, indices_or_sections, axis)
 
 
+def _split_along(name: str, min_ndim: int, axis_of):
+    """NumPy's ``hsplit``, ``vsplit`` or ``dsplit``: ``split`` along ``axis_of(ndim)``, for arrays of at
+    least ``min_ndim`` dimensions."""
+    def fn(ary, indices_or_sections):
+        a = A.as_array(ary)
+        if a.ndim < min_ndim:
+            raise ValueError(f"{name} only works on arrays of {min_ndim} or more dimensions")
+        return split(a, indices_or_sections, axis_of(a.ndim))
+    fn.__name__ = name
+    return fn
+
+
+hsplit = _split_along("hsplit", 1, lambda ndim: 1 if ndim > 1 else 0)
+vsplit = _split_along("vsplit", 2, lambda ndim: 0)
+dsplit = _split_along("dsplit", 3, lambda ndim: 2)
+
+
 def moveaxis(a, source, destination):
     a = A.as_array(a)
     src = [A.normalize_axes("moveaxis", s, a.ndim)[0] for s in np.atleast_1d(source).tolist()]
@@ -269,7 +286,8 @@ def meshgrid(*xi, indexing="xy", sparse=False, copy=True):
 FUNCTIONS = {
     np.shape: shape, np.ndim: ndim, np.size: size, np.atleast_1d: atleast_1d, np.atleast_2d: atleast_2d,
     np.atleast_3d: atleast_3d, np.hstack: hstack, np.vstack: vstack, np.dstack: dstack,
-    np.column_stack: column_stack, np.split: split, np.array_split: array_split, np.moveaxis: moveaxis,
+    np.column_stack: column_stack, np.split: split, np.array_split: array_split,
+    np.hsplit: hsplit, np.vsplit: vsplit, np.dsplit: dsplit, np.moveaxis: moveaxis,
     np.flip: flip, np.fliplr: fliplr, np.flipud: flipud, np.roll: roll, np.tile: tile, np.repeat: repeat,
     np.pad: pad, np.diff: diff, np.broadcast_arrays: broadcast_arrays, np.meshgrid: meshgrid,
 }

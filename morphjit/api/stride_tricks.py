@@ -16,6 +16,8 @@ import numpy as np
 from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
 
+NUMPY_AS_STRIDED = np.lib.stride_tricks.as_strided   # (replaced while traces run: see ``dispatch.routes``)
+
 
 def window_values(x, shape, coeffs):
     """The window view of the NumPy array ``x`` (the op's reference, and eager pooling's)."""
@@ -84,13 +86,14 @@ def sliding_window_view(x, window_shape, axis=None, *, subok=False, writeable=Fa
 
 
 def as_strided(x, shape=None, strides=None, subok=False, writeable=True):
-    """``np.lib.stride_tricks.as_strided`` on a traced array, where it is a window view: strides
-    that are non-negative multiples of the item size and read inside the array. They are read as
+    """``np.lib.stride_tricks.as_strided`` on a traced array, where it is a window view: strides (in
+    bytes of the array's C layout) that are non-negative multiples of the item size and read inside
+    the array; the view is read-only (its elements may overlap), writes through it are refused. They are read as
     multiples of the array's own strides where they can be (an index map over its axes), else over
     its elements in order (a view of the flattened array); others are refused."""
     x = A.as_array(x)
     if A.trace_of([x]) is None:
-        return np.lib.stride_tricks.as_strided(x, shape, strides, subok, writeable)
+        return NUMPY_AS_STRIDED(x, shape, strides, subok, writeable)
     shape = tuple(x.shape if shape is None else shape)
     strides = x.strides if strides is None else tuple(strides)
     if len(strides) != len(shape):
@@ -121,4 +124,5 @@ def _decompose(stride: int, own, shape) -> tuple | None:
     return tuple(counts) if rest == 0 else None
 
 
-FUNCTIONS = {np.lib.stride_tricks.sliding_window_view: sliding_window_view}
+# (NumPy's as_strided does not dispatch: it is reached through its substitute, ``dispatch.routes``.)
+FUNCTIONS = {np.lib.stride_tricks.sliding_window_view: sliding_window_view, NUMPY_AS_STRIDED: as_strided}

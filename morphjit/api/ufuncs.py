@@ -118,6 +118,53 @@ def nan_to_num(x, copy=True, nan=0.0, posinf=None, neginf=None):
     return A.where(A.equal(x, np.inf), big, A.where(A.equal(x, -np.inf), small, x))
 
 
+# ---------------------------------------------------------------------------------------------
+# Complex parts of real arrays (morphjit's arrays are real): NumPy's answers for real dtypes
+
+
+def real(val):
+    return A.as_array(val)
+
+
+def imag(val):
+    """Zeros of ``val``'s shape and dtype (no gradient)."""
+    return A.zeros_like(A.as_array(val))
+
+
+def conjugate(x):
+    if _kind(x) == "b":
+        raise DtypeError("np.conjugate of a boolean array (an int8 array in NumPy) is not supported",
+                         user_location())
+    return A.as_array(x)
+
+
+def angle(z, deg=False):
+    """``arctan2(0, z)`` of a real ``z``: pi where its sign bit is set (-0.0 included), 0 elsewhere,
+    NaN at NaN; constant, so its gradient is zero."""
+    z = float_array(z)
+    negative = A.less(copysign(1.0, z), 0)
+    out = A.where(isnan(z), np.nan, A.multiply(A.astype(negative, z.dtype), math.pi))
+    return A.multiply(out, 180 / math.pi) if deg else out
+
+
+def iscomplex(x):
+    return A.full_like(A.as_array(x), False, np.bool_)
+
+
+def isreal(x):
+    return A.full_like(A.as_array(x), True, np.bool_)
+
+
+def iscomplexobj(x):
+    A.as_value(x)
+    return False
+
+
+def isrealobj(x):
+    A.as_value(x)
+    return True
+
+
 UFUNCS = {
     np.expm1: expm1, np.log2: log2, np.log10: log10, np.exp2: exp2, np.sinh: sinh, np.cosh: cosh,
     np.tan: tan, np.arcsin: arcsin, np.arccos: arccos, np.arctan: arctan, np.arcsinh: arcsinh,
@@ -127,6 +174,8 @@ UFUNCS = {
     np.remainder: remainder, np.fmod: fmod, np.floor_divide: floor_divide, np.divmod: divmod,
     np.heaviside: heaviside, np.isnan: isnan, np.isinf: isinf, np.isfinite: isfinite,
     np.reciprocal: reciprocal, np.float_power: float_power, np.deg2rad: deg2rad,
-    np.rad2deg: rad2deg, np.radians: deg2rad, np.degrees: rad2deg,
+    np.rad2deg: rad2deg, np.radians: deg2rad, np.degrees: rad2deg, np.conjugate: conjugate,
 }
-FUNCTIONS = {np.sinc: sinc, np.round: round, np.around: round, np.nan_to_num: nan_to_num}
+FUNCTIONS = {np.sinc: sinc, np.round: round, np.around: round, np.nan_to_num: nan_to_num, np.real: real,
+             np.imag: imag, np.angle: angle, np.iscomplex: iscomplex, np.isreal: isreal,
+             np.iscomplexobj: iscomplexobj, np.isrealobj: isrealobj}

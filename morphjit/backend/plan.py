@@ -132,12 +132,14 @@ def where(b) -> str:
 
 def with_range_checks(program: Program, instructions: list) -> list:
     """The instructions with each range check as early as possible: before all of them for an
-    input, right after the instruction writing a computed value."""
+    input, right after the last instruction writing a computed value (a concatenation is written
+    by one instruction per part)."""
     pending = range_checks(program)
-    result = [c for c in pending if not any(c.values in ins.outs for ins in instructions)]
-    for ins in instructions:
+    written = {id(c): k for k, ins in enumerate(instructions) for c in pending if c.values in ins.outs}
+    result = [c for c in pending if id(c) not in written]
+    for k, ins in enumerate(instructions):
         result.append(ins)
-        result += [c for c in pending if c.values in ins.outs]
+        result += [c for c in pending if written.get(id(c)) == k]
     return result
 
 

@@ -176,13 +176,15 @@ class Tally:
 
 def leaf_signature(leaf):
     """What a compiled step depends on in an argument leaf: shape, dtype and layout (`layout_tag`),
-    or the scalar type.
+    or the scalar type; a list of ints (``pytree.is_int_list``), its length.
     An ndarray subclass that is refused has a signature of its own, so it is never served by the
     step of a plain array (``arg_spec`` refuses it)."""
     if isinstance(leaf, np.generic) or is_plain_array(leaf):
         return (leaf.shape, leaf.dtype) + layout_tag(leaf)
     if isinstance(leaf, np.ndarray):
         return type(leaf), leaf.shape, leaf.dtype
+    if type(leaf) is list:
+        return list, len(leaf)
     return type(leaf)
 
 

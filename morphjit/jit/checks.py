@@ -34,7 +34,7 @@ def argument_paths(fn, treedef) -> list[str]:
 
 def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     argnums_t = normalize_argnums(argnums, len(args))
-    leaves, treedef = pytree.flatten(tuple(args))
+    leaves, treedef = pytree.flatten(tuple(args), int_lists=True)
     paths = argument_paths(fn, treedef)
     ranges, start = [], 0
     for child in treedef.children:
@@ -100,15 +100,18 @@ def check_differentiable(leaf, path: str) -> None:
                          f"or choose the differentiated arguments with argnums)")
 
 
-def number_sequences(tree, path: str) -> list[tuple[str, str]]:
+def number_sequences(tree, path: str, int_lists: bool = False) -> list[tuple[str, str]]:
     """The paths (and kinds) of the lists and tuples in ``tree`` that hold only numbers, nested
-    or not: arrays written as Python sequences, whose numbers would be leaves of their own."""
+    or not: arrays written as Python sequences, whose numbers would be leaves of their own (with
+    ``int_lists``, not the flat lists of ints, which are one leaf in a call's arguments)."""
+    if int_lists and pytree.is_int_list(tree):
+        return []
     if type(tree) in (list, tuple) and is_numbers(tree):
         return [(path, type(tree).__name__)]
     if type(tree) is dict:
-        return [found for k in sorted(tree) for found in number_sequences(tree[k], f"{path}[{k!r}]")]
+        return [found for k in sorted(tree) for found in number_sequences(tree[k], f"{path}[{k!r}]", int_lists)]
     if type(tree) in (list, tuple):
-        return [found for k, child in enumerate(tree) for found in number_sequences(child, f"{path}[{k}]")]
+        return [found for k, child in enumerate(tree) for found in number_sequences(child, f"{path}[{k}]", int_lists)]
     return []
 
 

@@ -59,7 +59,7 @@ def traced_program(fn, args, batched):
         raise
     except TracingError as error:
         sequences = [found for name, arg in zip(argument_names(fn, len(args)), args)
-                     for found in number_sequences(arg, name)]
+                     for found in number_sequences(arg, name, int_lists=True)]
         if not sequences:
             raise
         path, kind = sequences[0]

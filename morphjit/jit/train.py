@@ -229,7 +229,7 @@ class TrainStep:
 
     def _fast_path(self, run: "CompiledUpdate", args, n_params: int):
         """The generated fast path of ``run``, taking ``args = (params, state trees, data)``."""
-        leaves, treedef = pytree.flatten(args)
+        leaves, treedef = pytree.flatten(args, int_lists=True)
         written = len(run.paths)
         batched = frozenset(k + written - n_params for k in run.batched)   # data come after the state
         return fast_update(treedef, [leaf_signature(x) for x in leaves], run.native, batched, written,

@@ -20,7 +20,7 @@ class FastPath(Source):
         self.step = step
         self.env = {"step": step, "pop": step.idle.pop, "put": step.idle.append, "Workspace": Workspace,
                     "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray,
-                    "evaluate": evaluate}
+                    "evaluate": evaluate, "int_array": int_array}
         self.batched = False
         self.generators: list[str] = []   # leaves whose seed is drawn once every check passed
 
@@ -41,6 +41,9 @@ class FastPath(Source):
         if treedef.kind is None:
             leaves.append(f"{prefix}{len(leaves)}")
             self.line(f"{leaves[-1]} = {expr}")
+            return
+        if treedef.kind is type(None):     # None is structure (``util.pytree``), not a leaf
+            self.line(f"if {expr} is not None: return None")
             return
         node = f"{prefix}n{len(self.lines) - start}"
         kind = self.constant(treedef.kind)
@@ -70,6 +73,11 @@ class FastPath(Source):
         if isinstance(signature, type) and issubclass(signature, GENERATORS):
             self.line(f"if type({name}) is not {self.constant(signature)}: return None")
             self.generators.append(name)
+            return
+        if isinstance(signature, tuple) and signature[0] is list:   # a list of ints: an int64 array
+            self.line(f"if type({name}) is not list or len({name}) != {signature[1]}: return None")
+            self.line(f"{name} = int_array({name})")
+            self.line(f"if {name} is None: return None")
             return
         if not isinstance(signature, tuple):  # a Python scalar argument
             self.line(f"if type({name}) is not {signature.__name__}: return None")
@@ -277,3 +285,8 @@ def fast_update(treedef, leaf_signatures, step: NativeStep, batched, n_written: 
     except Unspellable:
         return None
     return src.function()
+
+
+def int_array(values: list) -> np.ndarray | None:
+    """A list of Python ints as the int64 array the step takes; None if it holds anything else."""
+    return np.array(values, np.int64) if all(type(v) is int for v in values) else None

@@ -21,7 +21,7 @@ def trace(fn, *args) -> Program:
 def trace_with_tree(fn, args, batched=frozenset()):
     """``trace`` that also returns the output tree structure. The leading extent of the leaves
     whose indices are in ``batched`` is the symbolic batch size."""
-    leaves, treedef = pytree.flatten(tuple(args))
+    leaves, treedef = pytree.flatten(tuple(args), int_lists=True)
     paths = pytree.leaf_paths(treedef, "")
     names = argument_names(fn, len(args))
     t = Trace()

@@ -237,8 +237,8 @@ def check_writable(x) -> None:
     read_only = next((step.op for step in x.steps if step.op not in WRITABLE), None)
     if read_only is not None:
         raise ValueError(f"assignment destination is read-only: this array is a {read_only} view (np.broadcast_to, "
-                         f"np.diagonal and sliding_window_view return read-only views), and NumPy refuses this write "
-                         f"too; write into a copy (.copy()) or into the array it views\n  at {user_location()}")
+                         f"np.diagonal and sliding_window_view return read-only views, and NumPy refuses this write "
+                         f"too; a traced as_strided view is read-only, as its elements may overlap); write into a copy (.copy()) or into the array it views\n  at {user_location()}")
     if any(step.ambiguous for step in x.steps) or any(v is not x for v in store.views):
         raise LayoutError("whether a reshape of this array is a view or a copy depends on the memory order NumPy "
                           "gives an array computed from a transposed or strided view, which morphjit does not "

@@ -1,7 +1,9 @@
 """Nested containers of arrays (dicts, lists, tuples, namedtuples) as flat leaf lists.
 
 Dict keys are visited in sorted order, as JAX does, so the flat order does not depend on how
-the user built the dict.
+the user built the dict. ``None`` is a node without children, as in JAX: part of the structure
+(a call's signature), not a leaf, and given back as ``None``. With ``int_lists`` (the arguments of
+a call), a flat list of Python ints is one leaf: an integer array of its length.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ class TreeDef:
     def __str__(self) -> str:
         if self.kind is None:
             return "*"
+        if self.kind is NONE:
+            return "None"
         inner = ", ".join(f"{k!r}: {c}" if self.kind is dict else str(c) for k, c in self._labelled())
         return {dict: "{%s}", list: "[%s]"}.get(self.kind, "(%s)") % inner
 
@@ -34,13 +38,23 @@ class TreeDef:
 
 
 LEAF = TreeDef(None)
+NONE = type(None)
 
 
 def _is_namedtuple(x) -> bool:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 
-def _children(tree) -> tuple[type, tuple, list] | None:
+def is_int_list(x) -> bool:
+    """Whether ``x`` is a non-empty flat list of Python ints (bools are not)."""
+    return type(x) is list and len(x) > 0 and all(type(i) is int for i in x)
+
+
+def _children(tree, int_lists: bool = False) -> tuple[type, tuple, list] | None:
+    if int_lists and is_int_list(tree):
+        return None
+    if tree is None:
+        return NONE, (), []
     if isinstance(tree, dict):
         keys = tuple(sorted(tree))
         return dict, keys, [tree[k] for k in keys]
@@ -51,18 +65,18 @@ def _children(tree) -> tuple[type, tuple, list] | None:
     return None
 
 
-def flatten(tree) -> tuple[list, TreeDef]:
+def flatten(tree, int_lists: bool = False) -> tuple[list, TreeDef]:
     leaves: list = []
-    return leaves, _flatten_into(tree, leaves)
+    return leaves, _flatten_into(tree, leaves, int_lists)
 
 
-def _flatten_into(tree, leaves: list) -> TreeDef:
-    node = _children(tree)
+def _flatten_into(tree, leaves: list, int_lists: bool) -> TreeDef:
+    node = _children(tree, int_lists)
     if node is None:
         leaves.append(tree)
         return LEAF
     kind, keys, children = node
-    return TreeDef(kind, keys, tuple(_flatten_into(c, leaves) for c in children))
+    return TreeDef(kind, keys, tuple(_flatten_into(c, leaves, int_lists) for c in children))
 
 
 def unflatten(treedef: TreeDef, leaves) -> Any:
@@ -82,6 +96,8 @@ def builder(treedef: TreeDef) -> Callable[[Iterator], Any]:
         return next
     children = [builder(c) for c in treedef.children]
     kind, keys = treedef.kind, treedef.keys
+    if kind is NONE:
+        return lambda it: None
     if kind is dict:
         return lambda it: {k: b(it) for k, b in zip(keys, children)}
     if keys:  # namedtuple
@@ -90,15 +106,16 @@ def builder(treedef: TreeDef) -> Callable[[Iterator], Any]:
 
 
 def keyed_flatten(tree, leaves: list, leaf_key: Callable) -> tuple:
-    """Append the leaves of ``tree`` to ``leaves`` (in ``flatten``'s order) and return a hashable
-    key of its structure and of ``leaf_key`` of each leaf: the fast path of a call."""
+    """Append the leaves of the arguments ``tree`` to ``leaves`` (in ``flatten``'s order, with
+    ``int_lists``) and return a hashable key of its structure and of ``leaf_key`` of each leaf: the
+    fast path of a call."""
     kind = type(tree)
     if kind is dict:
         keys = sorted(tree)
         return dict, tuple(keys), tuple([keyed_flatten(tree[k], leaves, leaf_key) for k in keys])
-    if kind is tuple or kind is list:
+    if kind is tuple or kind is list and not is_int_list(tree):
         return kind, tuple([keyed_flatten(c, leaves, leaf_key) for c in tree])
-    node = _children(tree)
+    node = _children(tree, int_lists=True)
     if node is None:
         leaves.append(tree)
         return leaf_key(tree)

@@ -362,3 +362,12 @@ def test_at_set_with_a_row_mask_sets_whole_rows_like_numpy():
     value, grad = compiled(x, rows)
     assert value == np.sum(expected * np.arange(15.0).reshape(5, 3))
     np.testing.assert_array_equal(grad, np.where(rows[:, None], 0.0, np.arange(15.0).reshape(5, 3)))
+
+
+def test_numpys_reductions_of_a_masked_array_trace():
+    """``np.sum(x[mask])`` reaches the masked value's NumPy dispatch with NumPy's own function
+    (``np.sum`` itself is a substitute while the trace runs)."""
+    x = np.array([1.0, -2.0, 3.0, 0.5])
+    value, grad = mj.value_and_grad(lambda x: np.sum(x[x > 0]) + np.mean(x[x > 0] ** 2))(x)
+    np.testing.assert_allclose(value, np.sum(x[x > 0]) + np.mean(x[x > 0] ** 2), rtol=1e-12)
+    np.testing.assert_allclose(grad, np.where(x > 0, 1 + 2 * x / 3, 0), rtol=1e-12)

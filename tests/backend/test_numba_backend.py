@@ -481,3 +481,15 @@ def test_random_programs_read_constants_of_any_layout_as_arguments(example, data
     np.testing.assert_allclose(const_value, value, rtol=1e-10, atol=1e-12, err_msg=fn.source)
     for k in grads:
         np.testing.assert_allclose(const_grads[k], grads[k], rtol=1e-9, atol=1e-11, err_msg=fn.source)
+
+
+def test_the_fast_path_takes_none_in_an_argument():
+    def loss(p, data):
+        x, w = data
+        return mj.sum(p * x) if w is None else mj.sum(p * x * w)
+
+    step, p, x = mj.compile_loss(loss), np.ones(3), np.arange(3.0)
+    step(p, (x, None))
+    assert step._by_fast_path((p, (x, None)), None) is not None    # the second call's path
+    assert step._by_fast_path((p, (x, x)), None) is None           # another structure: another step
+    np.testing.assert_allclose(step(p, (x, x))[1], x * x)

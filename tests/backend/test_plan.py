@@ -275,3 +275,18 @@ def test_a_view_reads_through_the_index_map_of_its_op_record(monkeypatch):
     # selection learns the map from the record alone: another map there shows in the plan
     monkeypatch.setitem(OPS, "transpose", replace(OPS["transpose"], index_map=lambda x, out, perm: transpose_map((0, 1))))
     assert "exp(v0[i0, i1])" in str(make_plan(mj.trace(f, a)))
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_a_concatenated_index_is_range_checked_once_all_its_parts_are_written(backend):
+    """A concatenation is written by one nest per part: the index check runs after the last."""
+    def picked(p, k):
+        return np.sum(p[np.concatenate([k[0:1], k[1:3], k[3:]])] * np.arange(1.0, 7.0))
+
+    p, k = np.linspace(1.0, 2.0, 6), np.array([5, 0, 4, 1, 3, 2])
+    step = mj.compile_loss(picked, backend=backend)
+    value, grad = step(p, k)
+    np.testing.assert_allclose(value, picked(p, k), rtol=1e-12)
+    np.testing.assert_allclose(grad, np.bincount(k, np.arange(1.0, 7.0), 6), rtol=1e-12)
+    with pytest.raises(IndexError):
+        step(p, np.array([0, 1, 2, 3, 4, 6]))    # out of range in the last part

@@ -12,7 +12,7 @@ import pytest
 
 import morphjit as mj
 
-from support.gradcheck import assert_same_structure, flat_leaves, unflatten_like
+from support.gradcheck import assert_same_structure, check_loss_grads_fd, flat_leaves, unflatten_like
 
 BACKEND = "interp"
 HERE = __file__.rsplit("/", 1)[-1]
@@ -420,3 +420,61 @@ def test_keyword_arguments_bind_to_parameters():
     assert step(x=x, w=w, scale=2.0)[0] == positional[0]
     with pytest.raises(TypeError, match="loss: .*unexpected keyword argument 'y'"):
         step(w, x, y=1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# None in the arguments: part of their structure (lifelines' ``loss(params, (durations, None))``)
+
+
+def _weibull_nll(params, data):
+    durations, weights = data
+    log_lambda, log_rho = params["scale"], params["shape"]
+    z = (durations / np.exp(log_lambda)) ** np.exp(log_rho)
+    terms = z - (log_rho - log_lambda + (np.exp(log_rho) - 1) * (np.log(durations) - log_lambda))
+    return np.sum(terms) if weights is None else np.sum(terms * weights)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_none_in_a_data_argument_is_passed_through(backend, dtype):
+    rng = np.random.default_rng(3)
+    params = {"scale": np.array(0.3, dtype), "shape": np.array(-0.2, dtype), "unused": None}
+    durations, weights = rng.uniform(0.5, 2.0, 8).astype(dtype), rng.uniform(0.5, 1.5, 8).astype(dtype)
+    step = mj.compile_loss(_weibull_nll, backend=backend)
+    value, grads = step(params, (durations, None))
+    assert grads["unused"] is None
+    np.testing.assert_allclose(value, _weibull_nll(params, (durations, None)), rtol=1e-5 if dtype == np.float32 else 1e-12)
+    keys = ["scale", "shape"]
+    check_loss_grads_fd(lambda xs: _weibull_nll(dict(zip(keys, xs)), (durations.astype(np.float64), None)),
+                        [params[k].astype(np.float64) for k in keys], [grads[k].astype(np.float64) for k in keys],
+                        rng=rng, rtol=1e-3 if dtype == np.float32 else 1e-6)
+    weighted, _ = step(params, (durations, weights))
+    np.testing.assert_allclose(weighted, _weibull_nll(params, (durations, weights)), rtol=1e-5 if dtype == np.float32 else 1e-12)
+    step(params, (durations[:5] * 2, None))
+    info = step.cache_info()
+    assert info.misses == 2 and info.hits == 1, info   # None and an array are two signatures; the batch size is not
+
+
+# ---------------------------------------------------------------------------------------------
+# A flat list of Python ints in the arguments: one int64 array input
+
+
+def test_a_list_of_ints_is_one_integer_input_read_as_python_ints():
+    seen = []
+
+    def fn(p, k):
+        seen.append(type(k))
+        return np.sum(p[k] * k[0]) + np.sum(p[k[1:]])
+
+    p = np.arange(1.0, 5.0, dtype=np.float32)
+    step = mj.compile_loss(fn)
+    for k in ([3, 1, 2], [0, 0, 3], [1, 2, 3]):
+        value, grad = step(p, k)
+        np.testing.assert_allclose(value, fn(p, k), rtol=1e-6)
+        assert value.dtype == fn(p, k).dtype == np.float32      # k[0] promotes as a Python int
+    info = step.cache_info()
+    assert info.misses == 1 and info.hits == 2 and info.signatures == ("f32[4] i64[3]",), info
+    assert issubclass(seen[0], list)    # the function still gets a list
+    step(p, [1, True, 2])               # not ints only: its numbers traced one by one, another step
+    step(p, [1, 2])                     # another length, another step
+    assert step.cache_info().misses == 3

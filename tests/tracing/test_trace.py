@@ -104,6 +104,11 @@ NUMPY_CASES = {
                                np.shape(x)[0] * x, np.ndim(x) * x, np.size(x) * x),
     # morphjit/stride_tricks.py
     "windows": lambda x6: (np.lib.stride_tricks.sliding_window_view(x6, 3, axis=1), sliding_window_view(x6, (1, 2))),
+    "as_strided": lambda x6: (np.lib.stride_tricks.as_strided(x6, (x6.shape[0], 4, 3), (x6.strides[0], x6.strides[1], x6.strides[1])),),
+    "hvdsplit": lambda t: (np.hsplit(t, 1)[0], np.vsplit(t, 1)[0], np.dsplit(t, [1])[1]),
+    "real-parts": lambda x: (np.real(x), np.imag(x), np.conj(x), np.angle(x), np.iscomplex(x), np.isreal(x),
+                             np.iscomplexobj(x) + x, np.isrealobj(x) * x, np.count_nonzero(x > 0, axis=0),
+                             np.count_nonzero(x)),
     # functions
     "sum": lambda x, t: (np.sum(x), np.sum(x, axis=1), np.sum(t, axis=(0, 2)), np.sum(x, axis=-1, keepdims=True)),
     "mean": lambda x, t: (np.mean(x), np.mean(t, axis=1), np.mean(x, axis=0, keepdims=True)),
