@@ -19,7 +19,7 @@ import ctypes
 import numpy as np
 from llvmlite import binding as llvm
 from numba import types
-from numba.extending import overload
+from numba.extending import overload, register_jitable
 from scipy.special import cython_special
 
 KERNELS = {
@@ -74,3 +74,63 @@ def _kernel(name: str, capsule: str, arity: int):
 
 FUNCTIONS = {name: _kernel(name, capsule, arity) for name, (capsule, arity) in KERNELS.items()}
 globals().update(FUNCTIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# polygamma(n, x) for n >= 1: SciPy's formula, (-1)^(n+1) n! zeta(n+1, x), with Cephes' Hurwitz
+# zeta (which SciPy's zeta is; cython_special does not export it), in numba.
+
+jit = register_jitable(error_model="numpy", fastmath=False, nogil=True)
+
+# (2k)! / B_2k, the Euler-Maclaurin coefficients
+ZETA_COEFFICIENTS = (12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9, 7.47242496e10,
+                     -2.950130727918164224e12, 1.1646782814350067249e14, -4.5979787224074726105e15,
+                     1.8152105401943546773e17, -7.1661652561756670113e18)
+MACHEP = 1.11022302462515654042e-16
+ZETA_ASYMPTOTIC = 1e8   # q beyond which zeta(x, q) is its asymptotic expansion (DLMF 25.11.43)
+
+
+@jit
+def zeta(x, q):
+    """Cephes' Hurwitz zeta ``sum_k (k + q)^-x``: the first terms, then Euler-Maclaurin."""
+    if x == 1.0:
+        return np.inf
+    if x < 1.0 or np.isnan(q):
+        return np.nan
+    if q <= 0.0:
+        if q == np.floor(q):
+            return np.inf
+        if x != np.floor(x):
+            return np.nan   # q^-x is not real
+    if q > ZETA_ASYMPTOTIC:
+        return (1.0 / (x - 1.0) + 1.0 / (2.0 * q)) * q ** (1.0 - x)
+    s, a, i, b = q ** -x, q, 0, 0.0
+    while i < 9 or a <= 9.0:
+        i += 1
+        a += 1.0
+        b = a ** -x
+        s += b
+        if abs(b / s) < MACHEP:
+            return s
+    w = a
+    s += b * w / (x - 1.0)
+    s -= 0.5 * b
+    a, k = 1.0, 0.0
+    for c in ZETA_COEFFICIENTS:
+        a *= x + k
+        b /= w
+        t = a * b / c
+        s += t
+        if abs(t / s) < MACHEP:
+            return s
+        k += 1.0
+        a *= x + k
+        b /= w
+        k += 1.0
+    return s
+
+
+@jit
+def polygamma(n, x):
+    """SciPy's ``polygamma`` for a whole ``n >= 1`` (a float), in double."""
+    return (-1.0) ** (n + 1.0) * gamma(n + 1.0) * zeta(n + 1.0, x)

@@ -1,7 +1,7 @@
 """SciPy's special functions that are ops: ``erf``, ``erfc`` and ``gammaln``, element-wise ops
 whose templates call the C library (``math.erf``, ``math.lgamma``); ``gamma``, ``beta``,
-``betaln`` and the regularised incomplete functions ``betainc``, ``gammainc`` and ``gammaincc``,
-whose templates call SciPy's own kernels (`kernel_template`); and ``erfinv``, ``digamma``,
+``betaln``, the regularised incomplete functions ``betainc``, ``gammainc`` and ``gammaincc`` and
+``polygamma``, whose templates call SciPy's own kernels (`kernel_template`); and ``erfinv``, ``digamma``,
 ``xlogy``, ``xlog1py`` and ``entr``, composite ops whose reference is SciPy's and whose lowering
 (for the loop backends) is written here in element-wise ops, with their textbook gradients.
 """
@@ -13,8 +13,8 @@ import numpy as np
 import scipy.special as sp
 
 from .. import api as A
-from ..api import betaln, digamma, erf, erfc, gammaln
-from ..ir import COMPOSITE, EXPENSIVE, NoDerivative, defop, elementwise_rule
+from ..api import betaln, digamma, erf, erfc, gammaln, polygamma
+from ..ir import COMPOSITE, ELEMENTWISE, EXPENSIVE, NoDerivative, defop, elementwise_rule
 from .elementwise import elementwise
 
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -95,6 +95,16 @@ elementwise("gammainc", sp.gammainc, kernel_template("gammainc"),
             lambda g, ans, a, x: (no_derivative("gammainc", "shape a"), g * _gamma_density(a, x)), cost=EXPENSIVE)
 elementwise("gammaincc", sp.gammaincc, kernel_template("gammaincc"),
             lambda g, ans, a, x: (no_derivative("gammaincc", "shape a"), -g * _gamma_density(a, x)), cost=EXPENSIVE)
+
+
+def _polygamma_template(K, x, n):
+    return _in_dtype(K, f"sps.polygamma(np.float64({float(n)!r}), np.float64({x}))")
+
+
+# polygamma(n, x) for a whole n >= 1 (a parameter; n = 0 is digamma): SciPy's values, in x's dtype
+defop("polygamma", ELEMENTWISE, lambda types, n: elementwise_rule("polygamma")(types),
+      lambda x, n: np.asarray(sp.polygamma(n, x), x.dtype), lambda g, ans, x, n: (g * polygamma(n + 1, x),),
+      scalar=_polygamma_template, cost=EXPENSIVE)
 
 
 # ---------------------------------------------------------------------------------------------

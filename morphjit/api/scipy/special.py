@@ -10,6 +10,8 @@ import numpy as np
 import scipy.special as sp
 
 from ...ir import Lit
+from ...tracing import ANY_TRACE
+from ...util import UnsupportedError, user_location
 from .. import core as A, ufuncs as X
 
 SQRT_HALF = math.sqrt(0.5)
@@ -93,6 +95,31 @@ def _floating_binary(name):
 
 
 xlogy, xlog1py = _floating_binary("xlogy"), _floating_binary("xlog1py")
+
+
+def _whole_order(n) -> int:
+    """polygamma's order: a whole number >= 0 known when tracing."""
+    if A.trace_of([n]) is not None or np.ndim(n) != 0 or not float(n).is_integer() or n < 0:
+        raise UnsupportedError(f"scipy.special.polygamma: the order n must be a whole number >= 0 known when "
+                               f"tracing (a Python or NumPy scalar), got {n!r}", user_location())
+    return int(n)
+
+
+def polygamma(n, x):
+    """``scipy.special.polygamma(n, x)`` for a whole ``n >= 0``: digamma at 0, its n-th derivative beyond."""
+    n, x = _whole_order(n), X.float_array(x)
+    return digamma(x) if n == 0 else A.bind("polygamma", [A.as_value(x)], n=n)
+
+
+_scipy_polygamma = sp.polygamma
+
+
+def _polygamma_substitute(n, x):
+    """``scipy.special.polygamma`` while traces run (a Python function: no ufunc dispatch reaches it)."""
+    return polygamma(n, x) if A.trace_of([n, x]) is not None else _scipy_polygamma(n, x)
+
+
+ANY_TRACE.register(sp, "polygamma", _polygamma_substitute)
 
 
 UFUNCS = {
