@@ -52,9 +52,20 @@ def dispatch_path(func) -> str:
     return f"{prefix}.{name}"
 
 
+# SciPy's special functions have short names whose near spellings are other functions (gammaincinv
+# and gammainc, zetac and betainc): for them, a hint names only an equal function.
+SPECIAL_EQUIVALENTS = {"loggamma": "scipy.special.gammaln (equal for real x)", "rgamma": "1 / scipy.special.gamma"}
+
+
 def unsupported_error(func) -> UnsupportedError:
-    """The function by its path, and the nearest supported spelling where there is one."""
-    supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
-    nearest = difflib.get_close_matches(func.__name__, supported, n=1)
-    hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
-    return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
+    """The function by its path, and the nearest supported spelling (of a SciPy special function,
+    the equal supported one) where there is one."""
+    path = dispatch_path(func)
+    if path.startswith("scipy.special."):
+        equal = SPECIAL_EQUIVALENTS.get(func.__name__)
+        hint = f" (use {equal})" if equal else ""
+    else:
+        supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
+        nearest = difflib.get_close_matches(func.__name__, supported, n=1)
+        hint = f" (the nearest supported function is {supported[nearest[0]]})" if nearest else ""
+    return UnsupportedError(f"{path} is not supported by morphjit{hint}", user_location())

@@ -18,7 +18,7 @@ from . import buffers, core as A, dispatch, namespace, writes
 from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error
 from .indexing import arange, getitem
 from .random import traced_generator
-from .scipy import namespace as scipy_namespace
+from .scipy import namespace as scipy_namespace, special as scipy_special
 
 
 class ArrayMethods:
@@ -160,7 +160,7 @@ class ArrayMethods:
 def install() -> None:
     """Make ``Tracer`` an array: the members of `ArrayMethods`; the tracers of random generator
     arguments; ``np.arange`` of the batch size while a trace with a symbolic batch size runs;
-    SciPy's array-API lookups (and ``scipy.stats``' distributions, loaded with SciPy's) while any
+    SciPy's array-API lookups and ``scipy.special.polygamma`` (and ``scipy.stats``' distributions, loaded with SciPy's) while any
     trace runs."""
     for name, member in vars(ArrayMethods).items():
         if callable(member) or isinstance(member, property):
@@ -169,6 +169,6 @@ def install() -> None:
         LEAF_TRACERS[kind] = traced_generator
     SYMBOLIC_EXTENT.register(np, "arange", arange)
     buffers.install()
-    for owner, name, substitute in scipy_namespace.substitutes():
+    for owner, name, substitute in scipy_namespace.substitutes() + scipy_special.substitutes():
         ANY_TRACE.register(owner, name, substitute)
     ANY_TRACE.provided_by("scipy.stats", f"{__package__}.scipy.stats")

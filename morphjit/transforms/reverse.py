@@ -62,10 +62,13 @@ def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) ->
 
 
 def active_values(bindings: Sequence[Binding], wrt: Sequence[Var]) -> set[int]:
-    """Float values that depend on a differentiated input. A float op without a VJP rule on such
-    a value is refused: taking its result as constant would give a silently wrong gradient."""
+    """Float values that depend on a differentiated input other than through ``stop_gradient``. A
+    float op without a VJP rule on such a value is refused: taking its result as constant would
+    give a silently wrong gradient (as would a `NoDerivative` for one, refused in `backward`)."""
     active = {id(v) for v in wrt}
     for b in bindings:
+        if b.op == "stop_gradient":
+            continue
         if is_float(b.out.dtype) and any(id(x) in active for x in b.inputs if isinstance(x, Var)):
             if not OPS[b.op].differentiable:
                 raise UnsupportedError(f"{b.op} has no VJP rule, but its float result depends on a "

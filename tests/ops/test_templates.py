@@ -60,6 +60,7 @@ SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
     "where": [((BOOL, dt, dt), {}) for dt in FLOATS + INTS],
     "clip": [((dt, dt, dt), {}) for dt in FLOATS],
     "betainc": [((dt, dt, dt), {}) for dt in FLOATS],
+    "polygamma": [((dt,), {"n": n}) for dt in FLOATS for n in (1, 2, 5)],
     "check_parameter": [((dt, BOOL), {"what": "rng.normal: scale < 0", "error": "ParameterValueError"})
                         for dt in FLOATS],
     "cast": [((src,), {"dtype": dtype_name(dst)}) for src in ALL_DTYPES for dst in ALL_DTYPES if src != dst],

@@ -1,6 +1,7 @@
 """SciPy's special functions that are NumPy ufuncs and appear in loss code (``scipy.special.X``):
-those that are ops (``morphjit.ops.special``) and the rest, formulas of existing ops. `UFUNCS` is
-this family's entries of the NumPy dispatch.
+those that are ops (``morphjit.ops.special``, ``morphjit.ops.bessel``) and the rest, formulas of
+existing ops. `UFUNCS` is this family's entries of the NumPy dispatch; ``polygamma``, a Python
+function in SciPy, is replaced while traces run (`substitutes`).
 """
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import numpy as np
 import scipy.special as sp
 
 from ...ir import Lit
-from ...tracing import ANY_TRACE
 from ...util import UnsupportedError, user_location
 from .. import core as A, ufuncs as X
 
@@ -119,7 +119,9 @@ def _polygamma_substitute(n, x):
     return polygamma(n, x) if A.trace_of([n, x]) is not None else _scipy_polygamma(n, x)
 
 
-ANY_TRACE.register(sp, "polygamma", _polygamma_substitute)
+def substitutes() -> list[tuple[object, str, object]]:
+    """``(owner, name, substitute)``: each attribute replaced while a trace runs."""
+    return [(sp, "polygamma", _polygamma_substitute)]
 
 
 UFUNCS = {
