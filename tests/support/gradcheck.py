@@ -196,6 +196,16 @@ class AutogradNS:
         return functools.reduce(operator.mul, [factors[i] for i in range(len(factors))], anp.ones(factors.shape[1:]))
 
     @staticmethod
+    def i0(x):
+        """autograd's i0 has no gradient: ``iv(0, x)``."""
+        return asp.iv(0.0, x)
+
+    @staticmethod
+    def kv(v, x):
+        """autograd has no kv: ``pi/2 (I_-v - I_v) / sin(v pi)`` for a constant v that is not whole."""
+        return np.pi / 2 * (asp.iv(-v, x) - asp.iv(v, x)) / np.sin(v * np.pi)
+
+    @staticmethod
     def nansum(x, axis=None):
         return anp.sum(anp.where(anp.isnan(x), 0.0, x), axis=axis)
 
