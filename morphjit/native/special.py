@@ -9,8 +9,8 @@ generated step calls it, to a direct call of the kernel.
 
 ``KERNELS`` maps each function to its capsule: the real double variant of a fused function
 (``__pyx_fuse_1iv``: ``double (double, double, int __pyx_skip_dispatch)``), and the float variant
-``<name>_float32`` where SciPy's float32 ufunc loop computes in float (Boost's ``betainc`` and
-``stdtr``; SciPy's other float32 loops compute in double and round, as the templates do).
+``<name>_float32`` where SciPy's float32 ufunc loop computes in float (Boost's ``betainc``,
+``betaincc`` and ``stdtr``; SciPy's other float32 loops compute in double and round, as the templates do).
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from scipy.special import cython_special
 KERNELS = {
     "gamma": ("__pyx_fuse_1gamma", 1), "beta": ("beta", 2), "betaln": ("betaln", 2),
     "betainc": ("__pyx_fuse_0betainc", 3), "betainc_float32": ("__pyx_fuse_1betainc", 3),
+    "betaincc": ("__pyx_fuse_0betaincc", 3), "betaincc_float32": ("__pyx_fuse_1betaincc", 3),
     "gammainc": ("gammainc", 2), "gammaincc": ("gammaincc", 2),
     "stdtr": ("__pyx_fuse_0stdtr", 2), "stdtr_float32": ("__pyx_fuse_1stdtr", 2),
     "i0": ("i0", 1), "i1": ("i1", 1), "j0": ("j0", 1), "j1": ("j1", 1), "y0": ("y0", 1), "y1": ("y1", 1),

@@ -1,7 +1,7 @@
 """SciPy's special functions that are ops: ``erf``, ``erfc`` and ``gammaln``, element-wise ops
 whose templates call the C library (``math.erf``, ``math.lgamma``); ``gamma``, ``beta``,
-``betaln``, the regularised incomplete functions ``betainc``, ``gammainc`` and ``gammaincc`` and
-``polygamma``, whose templates call SciPy's own kernels (`kernel_template`); and ``erfinv``, ``digamma``,
+``betaln``, the regularised incomplete functions ``betainc``, ``betaincc``, ``gammainc`` and
+``gammaincc``, Student's t cdf ``stdtr`` and ``polygamma``, whose templates call SciPy's own kernels (`kernel_template`); and ``erfinv``, ``digamma``,
 ``xlogy``, ``xlog1py`` and ``entr``, composite ops whose reference is SciPy's and whose lowering
 (for the loop backends) is written here in element-wise ops, with their textbook gradients.
 """
@@ -74,10 +74,20 @@ def _betaln_vjp(g, ans, a, b):
     return g * (digamma(a) - both), g * (digamma(b) - both)
 
 
-def _betainc_vjp(g, ans, a, b, x):
-    """In x the beta density ``x^(a-1) (1-x)^(b-1) / B(a, b)``; none in the shapes."""
-    density = A.exp(A.xlogy(a - 1.0, x) + A.xlog1py(b - 1.0, -x) - betaln(a, b))
-    return no_derivative("betainc", "shape a"), no_derivative("betainc", "shape b"), g * density
+def _betainc_vjp(name, sign):
+    """In x (``sign`` +1: betainc, -1: betaincc) the beta density ``x^(a-1) (1-x)^(b-1) / B(a, b)``;
+    none in the shapes."""
+    def vjp(g, ans, a, b, x):
+        density = A.exp(A.xlogy(a - 1.0, x) + A.xlog1py(b - 1.0, -x) - betaln(a, b))
+        return no_derivative(name, "shape a"), no_derivative(name, "shape b"), sign * g * density
+    return vjp
+
+
+def _stdtr_vjp(g, ans, df, t):
+    """In t Student's density; none in the degrees of freedom."""
+    log_density = (gammaln((df + 1.0) / 2.0) - gammaln(df / 2.0) - 0.5 * A.log(math.pi * df)
+                   - (df + 1.0) / 2.0 * A.log1p(t * t / df))
+    return no_derivative("stdtr", "degrees of freedom df"), g * A.exp(log_density)
 
 
 def _gamma_density(a, x):
@@ -90,7 +100,11 @@ def _gamma_density(a, x):
 elementwise("gamma", sp.gamma, kernel_template("gamma"), lambda g, ans, x: (g * ans * digamma(x),), cost=EXPENSIVE)
 elementwise("beta", sp.beta, kernel_template("beta"), _beta_vjp, cost=EXPENSIVE)
 elementwise("betaln", sp.betaln, kernel_template("betaln"), _betaln_vjp, cost=EXPENSIVE)
-elementwise("betainc", sp.betainc, kernel_template("betainc", float32_kernel=True), _betainc_vjp, cost=EXPENSIVE)
+elementwise("betainc", sp.betainc, kernel_template("betainc", float32_kernel=True), _betainc_vjp("betainc", 1.0),
+            cost=EXPENSIVE)
+elementwise("betaincc", sp.betaincc, kernel_template("betaincc", float32_kernel=True), _betainc_vjp("betaincc", -1.0),
+            cost=EXPENSIVE)
+elementwise("stdtr", sp.stdtr, kernel_template("stdtr", float32_kernel=True), _stdtr_vjp, cost=EXPENSIVE)
 elementwise("gammainc", sp.gammainc, kernel_template("gammainc"),
             lambda g, ans, a, x: (no_derivative("gammainc", "shape a"), g * _gamma_density(a, x)), cost=EXPENSIVE)
 elementwise("gammaincc", sp.gammaincc, kernel_template("gammaincc"),

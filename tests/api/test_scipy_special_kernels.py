@@ -17,7 +17,7 @@ F32, F64 = np.float32, np.float64
 BACKENDS = ["interp", "numba"]
 EDGES = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, -3.0, 2.0, 30.0, 171.5, 1e3, -1e3, 1e-300, np.inf, -np.inf, np.nan]
 UNARY = ["gamma", "i0", "i1", "j0", "j1", "y0", "y1"]
-BINARY = ["beta", "betaln", "gammainc", "gammaincc", "iv", "kv"]
+BINARY = ["beta", "betaln", "gammainc", "gammaincc", "iv", "kv", "stdtr"]
 POLYGAMMA_ORDERS = (1, 2, 3, 6)
 
 
@@ -29,7 +29,8 @@ def _points(rng, dtype):
 
 def _every_function(x, y, u):
     return ([getattr(sp, name)(x) for name in UNARY] + [getattr(sp, name)(y, x) for name in BINARY]
-            + [sp.betainc(np.abs(y), np.abs(x), u)] + [sp.polygamma(n, x) for n in POLYGAMMA_ORDERS])
+            + [sp.betainc(np.abs(y), np.abs(x), u), sp.betaincc(np.abs(y), np.abs(x), u)]
+            + [sp.polygamma(n, x) for n in POLYGAMMA_ORDERS])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -41,7 +42,7 @@ def test_values_are_scipys(backend, dtype):
     got = mj.compile(_every_function, backend=backend)(x, y, u)
     with np.errstate(all="ignore"):
         want = _every_function(x, y, u)
-    names = UNARY + BINARY + ["betainc"] + [f"polygamma{n}" for n in POLYGAMMA_ORDERS]
+    names = UNARY + BINARY + ["betainc", "betaincc"] + [f"polygamma{n}" for n in POLYGAMMA_ORDERS]
     for name, g, w in zip(names, got, want):
         w = np.asarray(w).astype(dtype)   # SciPy's polygamma is float64 for float32 x
         assert g.dtype == dtype, name
@@ -52,7 +53,8 @@ def _loss_terms(x, v, u):
     """Every function differentiable in x (``v`` an order or shape > 0, ``u`` in (0, 1))."""
     terms = [sp.gamma(x), sp.beta(x, v), sp.beta(v, x), sp.betaln(x, v), sp.betaln(v, x), sp.gammainc(v, x),
              sp.gammaincc(v, x), sp.i0(x), sp.i1(x), sp.iv(v, x), sp.j0(x), sp.j1(x), sp.y0(x), sp.y1(x),
-             sp.kv(v, x), sp.betainc(v, v + 0.5, u)] + [sp.polygamma(n, x) for n in POLYGAMMA_ORDERS]
+             sp.kv(v, x), sp.betainc(v, v + 0.5, u), sp.betaincc(v, v + 0.5, u), sp.stdtr(v, x - 2.0)]
+    terms += [sp.polygamma(n, x) for n in POLYGAMMA_ORDERS]
     return terms
 
 
@@ -105,7 +107,9 @@ REFUSED = [(lambda v, x: sp.iv(v, x), "the order v of scipy.special.iv"),
            (lambda v, x: sp.gammainc(v, x), "the shape a of scipy.special.gammainc"),
            (lambda v, x: sp.gammaincc(v, x), "the shape a of scipy.special.gammaincc"),
            (lambda v, x: sp.betainc(v, 2.0, x / 10), "the shape a of scipy.special.betainc"),
-           (lambda v, x: sp.betainc(2.0, v, x / 10), "the shape b of scipy.special.betainc")]
+           (lambda v, x: sp.betainc(2.0, v, x / 10), "the shape b of scipy.special.betainc"),
+           (lambda v, x: sp.betaincc(v, 2.0, x / 10), "the shape a of scipy.special.betaincc"),
+           (lambda v, x: sp.stdtr(v, x), "the degrees of freedom df of scipy.special.stdtr")]
 
 
 @pytest.mark.parametrize("fn, what", REFUSED, ids=[w.split()[1] + "-" + w.split()[-1] for _, w in REFUSED])

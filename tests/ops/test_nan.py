@@ -136,7 +136,8 @@ def test_every_op_propagates_nan_and_inf_like_numpy(case):
 
 # The operands whose gradient an op refuses (an order or a shape; see
 # tests/api/test_scipy_special_kernels.py): not differentiated here.
-NO_DERIVATIVE = {"gammainc": (0,), "gammaincc": (0,), "iv": (0,), "kv": (0,), "betainc": (0, 1)}
+NO_DERIVATIVE = {"gammainc": (0,), "gammaincc": (0,), "iv": (0,), "kv": (0,), "betainc": (0, 1), "betaincc": (0, 1),
+                 "stdtr": (0,)}
 
 
 def float_args(case) -> list[int]:

@@ -442,7 +442,7 @@ SPECIAL_UNARY = [
 ]
 SPECIAL_BINARY = [("xlogy", mj.xlogy, sp.xlogy), ("xlog1py", mj.xlog1py, sp.xlog1py),
                   *[(name, getattr(mj, name), getattr(sp, name))
-                    for name in ("beta", "betaln", "gammainc", "gammaincc", "iv", "kv")]]
+                    for name in ("beta", "betaln", "gammainc", "gammaincc", "iv", "kv", "stdtr")]]
 # Reductions and scans (morphjit/numpy_reduce.py): (op, name, function(x, axis, keepdims), reference).
 REDUCTIONS = [
     ("prod", "prod", mj.prod, np.prod), ("min", "argmax", mj.argmax, np.argmax),
@@ -654,6 +654,8 @@ def _cases():
                       unary("nonfinite")))
     c.append(Case("betainc", f"betainc-{len(c)}", mj.betainc, sp.betainc, nary("pos", "pos", "unit")))
     c.append(Case("betainc", f"betainc-nonfinite-{len(c)}", mj.betainc, sp.betainc, nary("pos", "nonfinite", "unit")))
+    c.append(Case("betaincc", f"betaincc-{len(c)}", mj.betaincc, sp.betaincc, nary("pos", "pos", "unit")))
+    c.append(Case("betaincc", f"betaincc-nonfinite-{len(c)}", mj.betaincc, sp.betaincc, nary("nonfinite", "pos", "unit")))
     for n in (1, 2, 4):
         c.append(Case("polygamma", f"polygamma-{n}-{len(c)}", lambda x, n=n: mj.polygamma(n, x),
                       lambda x, n=n: sp.polygamma(n, x).astype(x.dtype), unary("any")))

@@ -36,7 +36,7 @@ BINARY_FLOAT += ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "rem
 UNARY_FLOAT += ["erf", "erfc", "gammaln"]   # morphjit/special.py
 # SciPy's kernels (morphjit/native/special.py): their own values, so exactly
 UNARY_FLOAT += ["gamma", "i0", "i1", "j0", "j1", "y0", "y1"]
-BINARY_FLOAT += ["beta", "betaln", "gammainc", "gammaincc", "iv", "kv"]
+BINARY_FLOAT += ["beta", "betaln", "gammainc", "gammaincc", "iv", "kv", "stdtr"]
 # float32 in double, rounded back: SciPy's float32 loops of iv and kv compute in float (kernels
 # cython_special does not export), which for orders near the float32 maximum gives NaN where the
 # double kernel gives its limit; SciPy's float64 result, rounded, is accepted there.
@@ -60,6 +60,7 @@ SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
     "where": [((BOOL, dt, dt), {}) for dt in FLOATS + INTS],
     "clip": [((dt, dt, dt), {}) for dt in FLOATS],
     "betainc": [((dt, dt, dt), {}) for dt in FLOATS],
+    "betaincc": [((dt, dt, dt), {}) for dt in FLOATS],
     "polygamma": [((dt,), {"n": n}) for dt in FLOATS for n in (1, 2, 5)],
     "check_parameter": [((dt, BOOL), {"what": "rng.normal: scale < 0", "error": "ParameterValueError"})
                         for dt in FLOATS],

@@ -138,6 +138,9 @@ for _shape in [(), (2, 3)]:
     for _name in ["beta", "betaln"]:
         case(_name, lambda ns, a, b, f=_name: getattr(ns, f)(a, b), [_shape, _shape], f"{_name}-{_s}", domain="pos")
     case("betainc", lambda ns, x: ns.betainc(2.5, 1.5, x), [_shape], f"betainc-{_s}", inputs=_uniform(0.05, 0.95, _shape))
+    case("betaincc", lambda ns, x: ns.betaincc(2.5, 1.5, x), [_shape], f"betaincc-{_s}",
+         inputs=_uniform(0.05, 0.95, _shape))
+    case("stdtr", lambda ns, x: ns.stdtr(3.5, x * 3.0), [_shape], f"stdtr-{_s}")
     for _name in ["gammainc", "gammaincc"]:
         case(_name, lambda ns, x, f=_name: getattr(ns, f)(1.75, x), [_shape], f"{_name}-{_s}", domain="pos")
     case("iv", lambda ns, x: ns.iv(1.5, x) + ns.iv(-0.5, x), [_shape], f"iv-{_s}", domain="pos")

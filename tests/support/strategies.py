@@ -258,7 +258,8 @@ class _Builder:
         "scipy_kernels": ("pos", "ns.i0({0}) + ns.i1({0}) + ns.j0({0}) + ns.j1({0}) + ns.y0({0}) + ns.y1({0}) "
                                  "+ ns.iv(1.5, {0}) + ns.kv(0.5, {0}) + ns.gamma({0}) + ns.gammainc(1.5, {0}) "
                                  "+ ns.gammaincc(2.5, {0}) + ns.polygamma(2, {0}) + ns.beta({0}, 1.5) "
-                                 "+ ns.betaln(0.75, {0}) + ns.betainc(1.5, 2.5, 1.0 / (1.0 + {0}))"),
+                                 "+ ns.betaln(0.75, {0}) + ns.betainc(1.5, 2.5, 1.0 / (1.0 + {0})) "
+                                 "+ ns.betaincc(0.5, 2.0, 1.0 / (1.0 + {0})) + ns.stdtr(2.5, {0} - 1.0)"),
     }
     EXTENDED_BINARY = ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "heaviside", "remainder", "fmod",
                        "floor_divide", "xlogy", "xlog1py"]

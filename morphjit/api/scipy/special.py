@@ -21,6 +21,7 @@ erf, erfc, gammaln = (X.floating_function(n) for n in ("erf", "erfc", "gammaln")
 erfinv, digamma, entr = (X.floating_function(n) for n in ("erfinv", "digamma", "entr"))
 gamma, beta, betaln, betainc = (X.floating_function(n) for n in ("gamma", "beta", "betaln", "betainc"))
 gammainc, gammaincc = X.floating_function("gammainc"), X.floating_function("gammaincc")
+betaincc, stdtr = X.floating_function("betaincc"), X.floating_function("stdtr")
 i0, i1, iv, j0, j1 = (X.floating_function(n) for n in ("i0", "i1", "iv", "j0", "j1"))
 y0, y1, kv = (X.floating_function(n) for n in ("y0", "y1", "kv"))
 expit = A.sigmoid
@@ -129,5 +130,5 @@ UFUNCS = {
     sp.erfinv: erfinv, sp.ndtr: ndtr, sp.log_ndtr: log_ndtr, sp.gammaln: gammaln, sp.digamma: digamma,
     sp.psi: digamma, sp.xlogy: xlogy, sp.xlog1py: xlog1py, sp.entr: entr, sp.gamma: gamma, sp.beta: beta,
     sp.betaln: betaln, sp.betainc: betainc, sp.gammainc: gammainc, sp.gammaincc: gammaincc, sp.i0: i0, sp.i1: i1,
-    sp.iv: iv, sp.j0: j0, sp.j1: j1, sp.y0: y0, sp.y1: y1, sp.kv: kv,
+    sp.iv: iv, sp.j0: j0, sp.j1: j1, sp.y0: y0, sp.y1: y1, sp.kv: kv, sp.betaincc: betaincc, sp.stdtr: stdtr,
 }
