@@ -51,11 +51,16 @@ class Standard(NamedTuple):
 
 
 class Tails(NamedTuple):
-    """The tails of a continuous distribution inside its support, each ``(z, *shapes)``."""
+    """The tails of a continuous distribution inside its support, each ``(z, *shapes)``. A log tail
+    is evaluated at the infinity where it tends to -inf (its gradient there the limit): by its
+    formula, or where that gives 0 * inf there, by its ``asymptote`` ``(Standard, *shapes)``; or
+    with ``flat_logs``, it is -inf there, with the gradient 0 of SciPy's, which underflows first."""
     cdf: Callable
     sf: Callable
     logcdf: Callable
     logsf: Callable
+    flat_logs: bool = False
+    asymptote: Callable | None = None
 
 
 class Continuous(NamedTuple):
@@ -108,6 +113,46 @@ def _log1p_square(s: Standard, c):
     return np.where(far, t + np.log1p(np.exp(-t)), np.log1p(near * near / c))
 
 
+def _log_of(tail, other):
+    """SciPy's log of a tail: ``log(tail)`` below the median (where the tail is under 1/2), else
+    ``log1p(-other)``; each formula sees only its own points."""
+    def log_tail(z, *shapes):
+        t, o = tail(z, *shapes), other(z, *shapes)
+        small = t < 0.5
+        return np.where(small, np.log(np.where(small, t, 0.5)), np.log1p(-np.where(small, 0.5, o)))
+    return log_tail
+
+
+def _logs(cdf, sf, **kw):
+    """A distribution's tails whose logs are SciPy's (`_log_of`)."""
+    return Tails(cdf, sf, _log_of(cdf, sf), _log_of(sf, cdf), **kw)
+
+
+def _gamma_tails(shape, half):
+    """gamma's (``half`` 1) and chi2's (``half`` 1/2: shape df / 2, at z / 2) tails."""
+    cdf = lambda z, a: sp.gammainc(shape(a), z * half)
+    sf = lambda z, a: sp.gammaincc(shape(a), z * half)
+    return _logs(cdf, sf, flat_logs=True)
+
+
+def _halfnorm_tails():
+    """SciPy's logcdf; the log of its sf ``2 ndtr(-z)`` from ``log_ndtr`` in the far tail."""
+    cdf, sf = (lambda z: sp.erf(z * math.sqrt(0.5))), (lambda z: 2.0 * sp.ndtr(-z))
+    return Tails(cdf, sf, _log_of(cdf, sf), lambda z: math.log(2.0) + sp.log_ndtr(-z))
+
+
+def _laplace_cdf(z):
+    """SciPy's branches, each seeing only its own points (so that neither overflows)."""
+    left, right = np.where(z > 0, 0.0, z), np.where(z > 0, z, 0.0)
+    return np.where(z > 0, 1.0 - 0.5 * np.exp(-right), 0.5 * np.exp(left))
+
+
+def _laplace_logcdf(z):
+    """``log(laplace.cdf)`` without underflow: ``log(1/2) + z`` on the left."""
+    left, right = np.where(z > 0, 0.0, z), np.where(z > 0, z, 0.0)
+    return np.where(z > 0, np.log1p(-0.5 * np.exp(-right)), math.log(0.5) + left)
+
+
 def _lognorm_logpdf(s: Standard, shape):
     log_z = _log_abs_z(s)
     return -np.log(shape) - log_z - 0.5 * LOG_2PI - log_z ** 2 / (2 * shape * shape)
@@ -117,22 +162,35 @@ CONTINUOUS = {
     "norm": Continuous(lambda s: -0.5 * s.z * s.z - 0.5 * LOG_2PI,
                        tails=Tails(sp.ndtr, lambda z: sp.ndtr(-z), sp.log_ndtr, lambda z: sp.log_ndtr(-z))),
     "t": Continuous(lambda s, df: sp.gammaln((df + 1) / 2) - sp.gammaln(df / 2) - 0.5 * np.log(np.pi * df)
-                    - (df + 1) / 2 * _log1p_square(s, df), valid=lambda df: df > 0),
-    "cauchy": Continuous(lambda s: -math.log(math.pi) - _log1p_square(s, 1.0)),
-    "laplace": Continuous(lambda s: -np.abs(s.z) - math.log(2.0)),
+                    - (df + 1) / 2 * _log1p_square(s, df), valid=lambda df: df > 0,
+                    tails=_logs(lambda z, df: sp.stdtr(df, z), lambda z, df: sp.stdtr(df, -z),
+                                asymptote=lambda s, df: -df * _log_abs_z(s))),   # log|z|^-df
+    "cauchy": Continuous(lambda s: -math.log(math.pi) - _log1p_square(s, 1.0),
+                         tails=_logs(lambda z: np.arctan2(1.0, -z) / np.pi, lambda z: np.arctan2(1.0, z) / np.pi,
+                                     asymptote=lambda s: -_log_abs_z(s))),   # log(1 / pi|z|)
+    "laplace": Continuous(lambda s: -np.abs(s.z) - math.log(2.0),
+                          tails=Tails(_laplace_cdf, lambda z: _laplace_cdf(-z), _laplace_logcdf,
+                                      lambda z: _laplace_logcdf(-z))),
     "logistic": Continuous(lambda s: -np.abs(s.z) - 2.0 * np.log1p(np.exp(-np.abs(s.z))),
                            tails=Tails(sp.expit, lambda z: sp.expit(-z), sp.log_expit, lambda z: sp.log_expit(-z))),
     "expon": Continuous(lambda s: -s.z, POSITIVE,
                         tails=Tails(lambda z: -np.expm1(-z), lambda z: np.exp(-z), lambda z: np.log(-np.expm1(-z)),
                                     lambda z: -z)),
-    "gamma": Continuous(lambda s, a: _xlog_z(a - 1.0, s) - s.z - sp.gammaln(a), POSITIVE, lambda a: a > 0),
+    "gamma": Continuous(lambda s, a: _xlog_z(a - 1.0, s) - s.z - sp.gammaln(a), POSITIVE, lambda a: a > 0,
+                        _gamma_tails(lambda a: a, 1.0)),
     "chi2": Continuous(lambda s, df: _xlog_z(df / 2 - 1.0, s) - s.z / 2 - sp.gammaln(df / 2) - df / 2 * math.log(2.0),
-                       POSITIVE, lambda df: df > 0),
-    "lognorm": Continuous(_lognorm_logpdf, (np.nextafter(0.0, 1.0), np.inf), lambda s: s > 0),   # z > 0
-    "halfnorm": Continuous(lambda s: -0.5 * s.z * s.z + 0.5 * math.log(2 / math.pi), POSITIVE),
+                       POSITIVE, lambda df: df > 0, _gamma_tails(lambda df: df / 2, 0.5)),
+    "lognorm": Continuous(_lognorm_logpdf, (np.nextafter(0.0, 1.0), np.inf), lambda s: s > 0,   # z > 0
+                          Tails(lambda z, s: sp.ndtr(np.log(z) / s), lambda z, s: sp.ndtr(-np.log(z) / s),
+                                lambda z, s: sp.log_ndtr(np.log(z) / s), lambda z, s: sp.log_ndtr(-np.log(z) / s),
+                                asymptote=lambda s, shape: sp.log_ndtr(-_log_abs_z(s) / shape))),
+    "halfnorm": Continuous(lambda s: -0.5 * s.z * s.z + 0.5 * math.log(2 / math.pi), POSITIVE,
+                           tails=_halfnorm_tails()),
     "beta": Continuous(lambda s, a, b: _xlog_z(a - 1.0, s) + sp.xlog1py(b - 1.0, -s.z) - _betaln(a, b), (0.0, 1.0),
-                       lambda a, b: (a > 0) & (b > 0)),
-    "uniform": Continuous(lambda s: 0.0 * s.z, (0.0, 1.0)),
+                       lambda a, b: (a > 0) & (b > 0),
+                       _logs(lambda z, a, b: sp.betainc(a, b, z), lambda z, a, b: sp.betaincc(a, b, z))),
+    "uniform": Continuous(lambda s: 0.0 * s.z, (0.0, 1.0),
+                          tails=_logs(lambda z: z, lambda z: 1.0 - z)),
 }
 
 DISCRETE = {
@@ -212,12 +270,18 @@ def _tail(kind: str, dist, x, *args, **kwds):
     and at the infinity where it tends to one of them."""
     upper, log = kind.endswith("sf"), kind.startswith("log")
     # The infinity where the tail tends to 0 (-inf for a log) is evaluated: its gradient is a limit.
-    evaluated = (log and not upper, log and upper)
+    at_infinity = log and not CONTINUOUS[dist.name].tails.flat_logs
+    evaluated = (at_infinity and not upper, at_infinity and upper)
     spec, shapes, arguments, raw, standard, inside, valid = _standardised(dist, x, args, kwds, evaluated)
     empty, full = (-np.inf, 0.0) if log else (0.0, 1.0)
     below = (raw < spec.support[0]) | (raw == -np.inf)
     outside = np.where(below, full, empty) if upper else np.where(below, empty, full)
-    return _masked(inside, getattr(spec.tails, kind)(standard.z, *shapes), outside, valid, arguments)
+    value = getattr(spec.tails, kind)(standard.z, *shapes)
+    if at_infinity and spec.tails.asymptote is not None:
+        infinite = np.isinf(standard.z)
+        value = np.where(infinite, spec.tails.asymptote(standard.where(infinite, 1.0), *shapes),
+                         getattr(spec.tails, kind)(standard.where(~infinite, 1.0).z, *shapes))
+    return _masked(inside, value, outside, valid, arguments)
 
 
 def logpmf(dist, k, *args, **kwds):
@@ -300,7 +364,7 @@ def _continuous_with(need_tails: bool):
 
 for _name, _log in (("logpdf", True), ("pdf", False)):
     _substitute(ss.rv_continuous, _name, functools.partial(_density, _log), _continuous_with(False))
-for _name in Tails._fields:
+for _name in ("cdf", "sf", "logcdf", "logsf"):
     _substitute(ss.rv_continuous, _name, functools.partial(_tail, _name), _continuous_with(True))
 for _name, _twin in (("logpmf", logpmf), ("pmf", _exp_of(logpmf))):
     _substitute(ss.rv_discrete, _name, _twin, lambda dist: dist.name in DISCRETE)
