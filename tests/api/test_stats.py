@@ -67,6 +67,13 @@ def _log_likelihood(p, x, k):
         ss.beta.logpdf(unit, p["df"], p["scale"]), ss.uniform.logpdf(unit * 0.5, p["loc"] - 1.0, 2.0 + p["scale"]),
         ss.poisson.logpmf(k, p["mu"]), ss.bernoulli.logpmf(k % 2, unit), ss.binom.logpmf(k, 5, unit),
         ss.geom.logpmf(k + 1, unit), ss.nbinom.logpmf(k, p["df"], unit), ss.norm(p["loc"], p["scale"]).logpdf(x),
+        # tails (held shapes: their gradient is refused)
+        ss.gamma.logcdf(p["pos"], 2.5, p["loc"] - 0.5, p["scale"]), ss.chi2.sf(p["pos"], 3.0, scale=p["scale"]),
+        ss.beta.cdf(unit, 2.0, 0.5), ss.beta.logsf(unit * p["scale"], 1.5, 2.5, scale=p["scale"] + 0.1),
+        ss.t.logsf(p["x"], 2.5, p["loc"], p["scale"]), ss.cauchy.cdf(p["x"], p["loc"], p["scale"]),
+        ss.laplace.logcdf(p["x"], p["loc"], p["scale"]), ss.halfnorm.logsf(p["pos"], scale=p["scale"]),
+        ss.lognorm.cdf(p["pos"], p["df"], scale=p["scale"]), ss.lognorm.logsf(p["pos"], p["df"]),
+        ss.uniform.sf(unit * 0.5, p["loc"] - 1.0, 2.0 + p["scale"]), ss.t.cdf(p["x"], 4.0),
     ]
     return sum(np.sum(term) for term in terms)
 
@@ -113,6 +120,19 @@ def test_multivariate_normal_values_and_gradients(backend):
     value, grads = mj.compile_loss(loss, argnums=(0, 1, 2), backend=backend)(mean, root, x)
     np.testing.assert_allclose(value, loss(mean, root, x), rtol=1e-11)
     check_loss_grads_fd(lambda xs: loss(*xs), [mean, root, x], list(grads), rng=rng)
+
+
+@pytest.mark.parametrize("method", ["cdf", "logsf"])
+def test_a_tails_gradient_in_a_shape_without_one_is_refused(method):
+    def loss(a, x):
+        return np.sum(getattr(ss.gamma, method)(x, a))   # <- the shape
+
+    with pytest.raises(mj.UnsupportedError, match="gradient in the shape a of scipy.special.gammainc") as refused:
+        mj.compile_loss(loss, argnums=(0, 1))(np.float64(2.0), np.array([0.5, 3.0]))
+    assert "<- the shape" in str(refused.value)
+    value, (grad_x,) = mj.compile_loss(loss, argnums=(1,))(np.float64(2.0), np.array([0.5, 3.0]))
+    np.testing.assert_allclose(value, loss(2.0, np.array([0.5, 3.0])), rtol=1e-12)
+    assert np.all(grad_x != 0)
 
 
 def test_float32_stays_float32():
