@@ -76,6 +76,7 @@ class Discrete(NamedTuple):
     logpmf: Callable                       # ``(k, *shapes)`` on the support
     support: Callable                      # ``(*shapes) -> (first, last)``
     valid: Callable
+    tails: Tails | None = None             # ``(k, *shapes)`` for whole k, first <= k < last
 
 
 def _betaln(a, b):
@@ -193,17 +194,49 @@ CONTINUOUS = {
                           tails=_logs(lambda z: z, lambda z: 1.0 - z)),
 }
 
+def _plain_logs(cdf, sf, **kw):
+    """Tails whose logs are SciPy's for a discrete distribution: ``log(cdf)`` and ``log(sf)``."""
+    return Tails(cdf, sf, lambda k, *shapes: np.log(cdf(k, *shapes)), lambda k, *shapes: np.log(sf(k, *shapes)), **kw)
+
+
+_BINOM_TAILS = _plain_logs(lambda k, n, p: sp.betaincc(k + 1.0, n - k, p), lambda k, n, p: sp.betainc(k + 1.0, n - k, p))
+
+
+def _nbinom_logcdf(k, n, p):
+    """SciPy's: ``log1p(-betainc(k + 1, n, 1 - p))`` where the cdf is over 1/2."""
+    cdf = sp.betainc(n, k + 1.0, p)
+    high = cdf > 0.5
+    return np.where(high, np.log1p(-sp.betainc(k + 1.0, n, 1.0 - np.where(high, p, 0.5))), np.log(np.where(high, 0.5, cdf)))
+
+
+def _geom_tail(lower: bool):
+    """SciPy's ``-expm1(k log1p(-p))`` (cdf) or ``exp(k log1p(-p))`` (sf); at p = 1 from the power
+    ``(1 - p)^k``, whose gradient there is the limit (through log1p(-1) it is 0 * inf)."""
+    def tail(k, p):
+        certain = p == 1.0
+        power = (1.0 - np.where(certain, p, 1.0)) ** k
+        log_sf = k * np.log1p(-np.where(certain, 0.5, p))
+        return np.where(certain, 1.0 - power, -np.expm1(log_sf)) if lower else np.where(certain, power, np.exp(log_sf))
+    return tail
+
+
 DISCRETE = {
     "poisson": Discrete(lambda k, mu: sp.xlogy(k, mu) - sp.gammaln(k + 1.0) - mu, lambda mu: (0, np.inf),
-                        lambda mu: mu >= 0),
-    "bernoulli": Discrete(lambda k, p: sp.xlogy(k, p) + sp.xlog1py(1.0 - k, -p), lambda p: (0, 1), _probability),
+                        lambda mu: mu >= 0,
+                        _plain_logs(lambda k, mu: sp.gammaincc(k + 1.0, mu), lambda k, mu: sp.gammainc(k + 1.0, mu))),
+    "bernoulli": Discrete(lambda k, p: sp.xlogy(k, p) + sp.xlog1py(1.0 - k, -p), lambda p: (0, 1), _probability,
+                          Tails(*(lambda k, p, tail=tail: tail(k, 1.0, p) for tail in _BINOM_TAILS[:4]))),   # n = 1
     "binom": Discrete(lambda k, n, p: sp.gammaln(n + 1.0) - sp.gammaln(k + 1.0) - sp.gammaln(n - k + 1.0)
                       + sp.xlogy(k, p) + sp.xlog1py(n - k, -p), lambda n, p: (0, n),
-                      lambda n, p: (n >= 0) & (n == np.floor(n)) & _probability(p)),
+                      lambda n, p: (n >= 0) & (n == np.floor(n)) & _probability(p), _BINOM_TAILS),
     "geom": Discrete(lambda k, p: sp.xlog1py(k - 1.0, -p) + np.log(p), lambda p: (1, np.inf),
-                     lambda p: (p > 0) & (p <= 1)),
+                     lambda p: (p > 0) & (p <= 1),
+                     Tails(_geom_tail(True), _geom_tail(False), lambda k, p: np.log(_geom_tail(True)(k, p)),
+                           lambda k, p: k * np.log1p(-p))),
     "nbinom": Discrete(lambda k, n, p: sp.gammaln(n + k) - sp.gammaln(k + 1.0) - sp.gammaln(n) + sp.xlogy(n, p)
-                       + sp.xlog1py(k, -p), lambda n, p: (0, np.inf), lambda n, p: (n > 0) & (p > 0) & (p <= 1)),
+                       + sp.xlog1py(k, -p), lambda n, p: (0, np.inf), lambda n, p: (n > 0) & (p > 0) & (p <= 1),
+                       Tails(lambda k, n, p: sp.betainc(n, k + 1.0, p), lambda k, n, p: sp.betaincc(n, k + 1.0, p),
+                             _nbinom_logcdf, lambda k, n, p: np.log(sp.betaincc(n, k + 1.0, p)))),
 }
 
 
@@ -295,6 +328,19 @@ def logpmf(dist, k, *args, **kwds):
                    (k, *shapes, loc))
 
 
+def _discrete_tail(kind: str, dist, k, *args, **kwds):
+    """A tail at ``floor(k - loc)`` (flat in k and loc), SciPy's 0 and 1 (-inf and 0) beyond the support."""
+    spec = DISCRETE[dist.name]
+    shapes, loc, _ = dist._parse_args(*args, **kwds)
+    j = stop_gradient(np.floor(k - loc))
+    first, last = spec.support(*shapes)
+    inside = (j >= first) & (j < last)
+    empty, full = (-np.inf, 0.0) if kind.startswith("log") else (0.0, 1.0)
+    outside = np.where(j < first, full, empty) if kind.endswith("sf") else np.where(j < first, empty, full)
+    value = getattr(spec.tails, kind)(np.where(inside, j, first), *shapes)
+    return _masked(inside, value, outside, spec.valid(*shapes) & ~np.isnan(j), (k, *shapes, loc))
+
+
 def _exp_of(log_method):
     return lambda dist, x, *args, **kwds: np.exp(log_method(dist, x, *args, **kwds))
 
@@ -368,11 +414,13 @@ for _name in ("cdf", "sf", "logcdf", "logsf"):
     _substitute(ss.rv_continuous, _name, functools.partial(_tail, _name), _continuous_with(True))
 for _name, _twin in (("logpmf", logpmf), ("pmf", _exp_of(logpmf))):
     _substitute(ss.rv_discrete, _name, _twin, lambda dist: dist.name in DISCRETE)
+for _name in ("cdf", "sf", "logcdf", "logsf"):
+    _substitute(ss.rv_discrete, _name, functools.partial(_discrete_tail, _name), lambda dist: dist.name in DISCRETE)
 for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf))):
     _substitute(type(ss.multivariate_normal), _name, _twin, lambda dist: True)
 
 CONVERSION_HINT = (
     f"on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
-    f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf "
-    f"and pmf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf and pdf: write other functions "
+    f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf, "
+    f"pmf, logcdf, cdf, logsf and sf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf and pdf: write other functions "
     f"with NumPy's")
