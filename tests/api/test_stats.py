@@ -147,6 +147,30 @@ def test_a_tails_gradient_in_a_shape_without_one_is_refused(method):
     assert np.all(grad_x != 0)
 
 
+def _entropies(mean, root):
+    cov = root @ root.T + np.eye(3)
+    return [ss.multivariate_normal.entropy(mean, cov), ss.multivariate_normal.entropy(cov=cov),
+            ss.multivariate_normal.entropy(mean, np.diagonal(cov)), ss.multivariate_normal.entropy(mean, cov[0, 0]),
+            ss.multivariate_normal.entropy(mean[0], cov[0, 0])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_multivariate_normal_entropy_values_and_gradients(backend):
+    rng = np.random.default_rng(6)
+    mean, root = rng.normal(size=3), rng.normal(size=(3, 3))
+    got = mj.compile(_entropies, backend=backend)(mean, root)
+    for g, e in zip(got, _entropies(mean, root)):
+        np.testing.assert_allclose(g, e, rtol=1e-12)
+
+    def loss(mean, root):
+        return sum(np.sum(h) for h in _entropies(mean, root))
+
+    value, (grad_mean, grad_root) = mj.compile_loss(loss, argnums=(0, 1), backend=backend)(mean, root)
+    np.testing.assert_allclose(value, loss(mean, root), rtol=1e-12)
+    np.testing.assert_array_equal(grad_mean, 0.0)   # the entropy does not depend on the mean
+    check_loss_grads_fd(lambda xs: loss(mean, xs[0]), [root], [grad_root], rng=rng)
+
+
 def test_float32_stays_float32():
     step = mj.compile_loss(lambda mu, x: np.sum(ss.norm.logpdf(x, mu, 2.0)))
     value, grad = step(np.float32(0.5), np.linspace(-1, 1, 5, dtype=np.float32))

@@ -373,12 +373,29 @@ def mvn_logpdf(dist, x, mean=None, cov=1, allow_singular=False):
         rows = np.reshape(dev, (-1, d))
         white = solve_triangular(factor, np.transpose(rows), lower=True)
         distance = np.reshape(np.sum(white * white, axis=0), dev.shape[:-1])
-        log_det = 2.0 * np.sum(np.log(np.diagonal(factor)))
     else:
-        variances = cov * np.ones(d) if np.ndim(cov) == 0 else cov
-        distance = np.sum(dev * dev / variances, axis=-1)
-        log_det = np.sum(np.log(variances))
-    return np.squeeze(-0.5 * (d * LOG_2PI + log_det + distance))
+        factor = None
+        distance = np.sum(dev * dev / _variances(cov, d), axis=-1)
+    return np.squeeze(-0.5 * (d * LOG_2PI + _log_det(cov, d, factor) + distance))
+
+
+def _variances(cov, d):
+    """A diagonal ``cov``'s variances (a scalar: the same d times)."""
+    return cov * np.ones(d) if np.ndim(cov) == 0 else cov
+
+
+def _log_det(cov, d, factor=None):
+    """``log det cov``: of a full one from its Cholesky ``factor`` (computed where not given)."""
+    if np.ndim(cov) == 2:
+        factor = cholesky(cov, lower=True) if factor is None else factor
+        return 2.0 * np.sum(np.log(np.diagonal(factor)))
+    return np.sum(np.log(_variances(cov, d)))
+
+
+def mvn_entropy(dist, mean=None, cov=1):
+    """``multivariate_normal.entropy``: ``(d (log 2 pi + 1) + log det cov) / 2`` (a full ``cov``
+    positive definite: Cholesky)."""
+    return 0.5 * (_dimension(mean, cov) * (LOG_2PI + 1.0) + _log_det(cov, _dimension(mean, cov)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,11 +433,11 @@ for _name, _twin in (("logpmf", logpmf), ("pmf", _exp_of(logpmf))):
     _substitute(ss.rv_discrete, _name, _twin, lambda dist: dist.name in DISCRETE)
 for _name in ("cdf", "sf", "logcdf", "logsf"):
     _substitute(ss.rv_discrete, _name, functools.partial(_discrete_tail, _name), lambda dist: dist.name in DISCRETE)
-for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf))):
+for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf)), ("entropy", mvn_entropy)):
     _substitute(type(ss.multivariate_normal), _name, _twin, lambda dist: True)
 
 CONVERSION_HINT = (
     f"on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
     f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf, "
-    f"pmf, logcdf, cdf, logsf and sf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf and pdf: write other functions "
-    f"with NumPy's")
+    f"pmf, logcdf, cdf, logsf and sf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf, pdf and "
+    f"entropy: write other functions with NumPy's")
