@@ -171,6 +171,43 @@ def test_multivariate_normal_entropy_values_and_gradients(backend):
     check_loss_grads_fd(lambda xs: loss(mean, xs[0]), [root], [grad_root], rng=rng)
 
 
+def _dirichlet_terms(x, alpha):
+    return [ss.dirichlet.logpdf(x, alpha), ss.dirichlet.logpdf(x[:, 0], alpha), ss.dirichlet.logpdf(x[:-1], alpha)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dirichlet_logpdf_values_and_gradients(backend):
+    rng = np.random.default_rng(8)
+    alpha, x = np.array([0.5, 2.0, 3.5, 1.0]), rng.dirichlet(np.ones(4), size=5).T   # points along the columns
+    got = mj.compile(_dirichlet_terms, backend=backend)(x, alpha)
+    for g, e in zip(got, _dirichlet_terms(x, alpha)):
+        assert np.shape(g) == np.shape(e)
+        np.testing.assert_allclose(g, e, rtol=1e-12)
+
+    def loss(x, alpha):
+        return sum(np.sum(t) for t in _dirichlet_terms(x, alpha))
+
+    value, grads = mj.compile_loss(loss, argnums=(0, 1), backend=backend)(x, alpha)
+    np.testing.assert_allclose(value, loss(x, alpha), rtol=1e-12)
+    # along the simplex: a direction whose columns sum to 0 (the first term's x stays on it)
+    step = rng.normal(size=x.shape)
+    step -= step.mean(axis=0)
+    check_loss_grads_fd(lambda xs: loss(x + xs[0] * step, xs[1]), [np.float64(0.0), alpha],
+                        [np.sum(grads[0] * step), grads[1]], rng=rng)
+
+
+def test_dirichlet_logpdf_is_nan_where_scipy_refuses_the_values():
+    x = np.array([[0.2, 0.3, 0.0], [0.5, 0.1, 0.5], [0.3, 0.7, 0.5]])   # the second column sums to 1.1
+    value, grad_alpha = mj.compile_loss(lambda alpha, x: np.sum(ss.dirichlet.logpdf(x, alpha)),
+                                        static_shapes=True)(np.array([1.5, 2.0, 0.5]), x)
+    assert np.isnan(value) and np.isnan(grad_alpha).all()
+    good = mj.compile(lambda alpha, x: ss.dirichlet.logpdf(x, alpha), static_shapes=True)(
+        np.array([1.5, 2.0, 3.0]), x[:, [0, 2]])
+    np.testing.assert_allclose(good, ss.dirichlet.logpdf(x[:, [0, 2]], np.array([1.5, 2.0, 3.0])), rtol=1e-12)
+    with pytest.raises(ValueError, match="one entry fewer"):
+        mj.trace(lambda alpha: ss.dirichlet.logpdf(np.ones((5, 2)) / 5, alpha), np.ones(3))
+
+
 def test_float32_stays_float32():
     step = mj.compile_loss(lambda mu, x: np.sum(ss.norm.logpdf(x, mu, 2.0)))
     value, grad = step(np.float32(0.5), np.linspace(-1, 1, 5, dtype=np.float32))

@@ -11,7 +11,7 @@ parameters (``scale <= 0``, ``df <= 0``, a probability outside [0, 1], ...) or a
 the formulas see only points inside the support, and +-inf only where the value there is infinite
 (elsewhere a method is flat at an infinity).
 Results keep the inputs' float dtype (SciPy's are float64). A distribution or method not listed
-keeps SciPy's conversion error, which names it.
+keeps SciPy's conversion error, which names it. The multivariate ones are in ``multivariate``.
 """
 from __future__ import annotations
 
@@ -24,12 +24,10 @@ import scipy.special as sp
 import scipy.stats as ss
 
 from ...tracing import ANY_TRACE
-from ...util import UnsupportedError, user_location
 from .. import core as A
 from ..custom import stop_gradient
-from ..linalg import cholesky, solve_triangular
+from .multivariate import LOG_2PI, dirichlet_logpdf, mvn_entropy, mvn_logpdf
 
-LOG_2PI = math.log(2 * math.pi)
 EVERYWHERE = (-np.inf, np.inf)
 POSITIVE = (0.0, np.inf)
 
@@ -346,59 +344,6 @@ def _exp_of(log_method):
 
 
 # ---------------------------------------------------------------------------------------------
-# The multivariate normal
-
-
-def _dimension(mean, cov) -> int:
-    if mean is not None:
-        return int(np.size(mean))
-    return int(np.shape(cov)[0]) if np.ndim(cov) else 1
-
-
-def mvn_logpdf(dist, x, mean=None, cov=1, allow_singular=False):
-    """``multivariate_normal.logpdf``: the Cholesky factor of a full ``cov`` (a 1-d ``cov`` is the
-    diagonal, a scalar a multiple of the identity); rows of ``x`` along its last axis."""
-    if allow_singular:
-        raise UnsupportedError("scipy.stats.multivariate_normal: allow_singular=True is not supported on traced "
-                               "arrays (the covariance is factored by Cholesky)", user_location())
-    d = _dimension(mean, cov)
-    x = A.as_array(x)
-    if x.ndim == 0:
-        x = np.reshape(x, (1,))
-    if x.ndim == 1:
-        x = np.reshape(x, (-1, 1) if d == 1 else (1, -1))
-    dev = x - (0.0 if mean is None else np.reshape(mean, (d,)))
-    if np.ndim(cov) == 2:
-        factor = cholesky(cov, lower=True)
-        rows = np.reshape(dev, (-1, d))
-        white = solve_triangular(factor, np.transpose(rows), lower=True)
-        distance = np.reshape(np.sum(white * white, axis=0), dev.shape[:-1])
-    else:
-        factor = None
-        distance = np.sum(dev * dev / _variances(cov, d), axis=-1)
-    return np.squeeze(-0.5 * (d * LOG_2PI + _log_det(cov, d, factor) + distance))
-
-
-def _variances(cov, d):
-    """A diagonal ``cov``'s variances (a scalar: the same d times)."""
-    return cov * np.ones(d) if np.ndim(cov) == 0 else cov
-
-
-def _log_det(cov, d, factor=None):
-    """``log det cov``: of a full one from its Cholesky ``factor`` (computed where not given)."""
-    if np.ndim(cov) == 2:
-        factor = cholesky(cov, lower=True) if factor is None else factor
-        return 2.0 * np.sum(np.log(np.diagonal(factor)))
-    return np.sum(np.log(_variances(cov, d)))
-
-
-def mvn_entropy(dist, mean=None, cov=1):
-    """``multivariate_normal.entropy``: ``(d (log 2 pi + 1) + log det cov) / 2`` (a full ``cov``
-    positive definite: Cholesky)."""
-    return 0.5 * (_dimension(mean, cov) * (LOG_2PI + 1.0) + _log_det(cov, _dimension(mean, cov)))
-
-
-# ---------------------------------------------------------------------------------------------
 # Registration
 
 
@@ -435,9 +380,10 @@ for _name in ("cdf", "sf", "logcdf", "logsf"):
     _substitute(ss.rv_discrete, _name, functools.partial(_discrete_tail, _name), lambda dist: dist.name in DISCRETE)
 for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf)), ("entropy", mvn_entropy)):
     _substitute(type(ss.multivariate_normal), _name, _twin, lambda dist: True)
+_substitute(type(ss.dirichlet), "logpdf", dirichlet_logpdf, lambda dist: True)
 
 CONVERSION_HINT = (
     f"on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
     f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf, "
     f"pmf, logcdf, cdf, logsf and sf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf, pdf and "
-    f"entropy: write other functions with NumPy's")
+    f"entropy, and dirichlet.logpdf: write other functions with NumPy's")
