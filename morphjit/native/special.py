@@ -74,7 +74,7 @@ def _kernel(name: str, capsule: str, arity: int):
 
 
 FUNCTIONS = {name: _kernel(name, capsule, arity) for name, (capsule, arity) in KERNELS.items()}
-globals().update(FUNCTIONS)
+globals().update(FUNCTIONS)   # module attributes: templates call ``sps.gamma``, which numba resolves as a global
 
 
 # ---------------------------------------------------------------------------------------------

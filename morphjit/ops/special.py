@@ -1,9 +1,10 @@
 """SciPy's special functions that are ops: ``erf``, ``erfc`` and ``gammaln``, element-wise ops
 whose templates call the C library (``math.erf``, ``math.lgamma``); ``gamma``, ``beta``,
 ``betaln``, the regularised incomplete functions ``betainc``, ``betaincc``, ``gammainc`` and
-``gammaincc``, Student's t cdf ``stdtr`` and ``polygamma``, whose templates call SciPy's own kernels (`kernel_template`); and ``erfinv``, ``digamma``,
-``xlogy``, ``xlog1py`` and ``entr``, composite ops whose reference is SciPy's and whose lowering
-(for the loop backends) is written here in element-wise ops, with their textbook gradients.
+``gammaincc``, Student's t cdf ``stdtr`` and ``polygamma``, whose templates call SciPy's own
+kernels (`kernel_template`); and ``erfinv``, ``digamma``, ``xlogy``, ``xlog1py`` and ``entr``,
+composite ops whose reference is SciPy's and whose lowering (for the loop backends) is written
+here in element-wise ops, with their textbook gradients.
 """
 from __future__ import annotations
 

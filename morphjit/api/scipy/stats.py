@@ -192,19 +192,22 @@ CONTINUOUS = {
                           tails=_logs(lambda z: z, lambda z: 1.0 - z)),
 }
 
-def _plain_logs(cdf, sf, **kw):
+
+def _plain_logs(cdf, sf):
     """Tails whose logs are SciPy's for a discrete distribution: ``log(cdf)`` and ``log(sf)``."""
-    return Tails(cdf, sf, lambda k, *shapes: np.log(cdf(k, *shapes)), lambda k, *shapes: np.log(sf(k, *shapes)), **kw)
+    return Tails(cdf, sf, lambda k, *shapes: np.log(cdf(k, *shapes)), lambda k, *shapes: np.log(sf(k, *shapes)))
 
 
-_BINOM_TAILS = _plain_logs(lambda k, n, p: sp.betaincc(k + 1.0, n - k, p), lambda k, n, p: sp.betainc(k + 1.0, n - k, p))
+_BINOM_TAILS = _plain_logs(lambda k, n, p: sp.betaincc(k + 1.0, n - k, p),
+                           lambda k, n, p: sp.betainc(k + 1.0, n - k, p))
 
 
 def _nbinom_logcdf(k, n, p):
     """SciPy's: ``log1p(-betainc(k + 1, n, 1 - p))`` where the cdf is over 1/2."""
     cdf = sp.betainc(n, k + 1.0, p)
     high = cdf > 0.5
-    return np.where(high, np.log1p(-sp.betainc(k + 1.0, n, 1.0 - np.where(high, p, 0.5))), np.log(np.where(high, 0.5, cdf)))
+    low = np.log(np.where(high, 0.5, cdf))
+    return np.where(high, np.log1p(-sp.betainc(k + 1.0, n, 1.0 - np.where(high, p, 0.5))), low)
 
 
 def _geom_tail(lower: bool):
