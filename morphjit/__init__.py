@@ -27,7 +27,9 @@ from .api import (abs, add, all, any, arccos, arccosh, arcsin, arcsinh, arctan, 
                   relu, remainder, repeat, reshape, rint, roll, round, shape, sigmoid, sign, sin, sinc, sinh, size,
                   sliding_window_view, softmax, softmax_cross_entropy, softplus, split, sqrt, square, squeeze,
                   stack, std, stop_gradient, subtract, sum, swapaxes, take, take_along_axis, tan, tanh, tensordot,
-                  tile, transpose, tril, triu, trunc, var, vdot, vstack, where, xlog1py, xlogy, zeros_like)
+                  tile, transpose, tril, triu, trunc, var, vdot, vstack, where, xlog1py, xlogy, zeros_like,
+                  beta, betainc, betaln, gamma, gammainc, gammaincc, i0, i1, iv, j0, j1, kv, polygamma, y0, y1,
+                  betaincc, stdtr)
 from .cache import cache_info, clear_cache, prune_cache
 from .integrations import scipy_objective
 from .ir import Program, parse

@@ -37,7 +37,10 @@ from .reductions import (all as all, any as any, argmax as argmax, argmin as arg
                          prod as prod, prod_op as prod_op, ptp as ptp)
 from .scipy.special import (digamma as digamma, entr as entr, erf as erf, erfc as erfc, erfinv as erfinv,
                             expit as expit, gammaln as gammaln, log_expit as log_expit, log_ndtr as log_ndtr,
-                            logit as logit, ndtr as ndtr, softplus as softplus, xlog1py as xlog1py, xlogy as xlogy)
+                            logit as logit, ndtr as ndtr, softplus as softplus, xlog1py as xlog1py, xlogy as xlogy,
+                            beta as beta, betainc as betainc, betaln as betaln, gamma as gamma, gammainc as gammainc,
+                            gammaincc as gammaincc, i0 as i0, i1 as i1, iv as iv, j0 as j0, j1 as j1, kv as kv,
+                            polygamma as polygamma, y0 as y0, y1 as y1, betaincc as betaincc, stdtr as stdtr)
 from .shapes import (array_split as array_split, atleast_1d as atleast_1d, atleast_2d as atleast_2d,
                      atleast_3d as atleast_3d, broadcast_arrays as broadcast_arrays, column_stack as column_stack,
                      diff as diff, dstack as dstack, flip as flip, fliplr as fliplr, flipud as flipud,

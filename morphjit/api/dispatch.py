@@ -57,7 +57,10 @@ def dispatch_path(func) -> str:
 
 # Supported functions that do the job of an unsupported one (of its family), and how.
 SAME_JOB = {"cumulative_sum": ("cumsum", "which does the same"), "cumulative_prod": ("cumprod", "which does the same"),
-            "fix": ("trunc", "which does the same"), "gamma": ("gammaln", "gamma(x) is exp(gammaln(x)) for x > 0")}
+            "fix": ("trunc", "which does the same")}
+# SciPy's special functions have short names whose near spellings are other functions (gammaincinv
+# and gammainc, zetac and betainc): for them, a hint names only an equal function.
+SPECIAL_EQUIVALENTS = {"loggamma": "scipy.special.gammaln (equal for real x)", "rgamma": "1 / scipy.special.gamma"}
 
 
 def unsupported_error(func) -> UnsupportedError:
@@ -65,12 +68,17 @@ def unsupported_error(func) -> UnsupportedError:
     its name spelled with other underscores or case, or one of `SAME_JOB` (a name that is merely
     close, ``np.std`` for ``np.linalg.svd``, would mislead, and so would the same name in another
     module: ``np.add`` for ``np.char.add``)."""
+    path = dispatch_path(func)
+    if path.startswith("scipy.special."):
+        equal = SPECIAL_EQUIVALENTS.get(func.__name__)
+        return UnsupportedError(f"{path} is not supported by morphjit{f' (use {equal})' if equal else ''}",
+                                user_location())
     supported = {dispatch_path(f).rpartition(".")[2]: dispatch_path(f) for f in (*UFUNCS, *FUNCTIONS)}
     name, spelling = func.__name__, lambda name: name.replace("_", "").lower()
     same, how = SAME_JOB.get(name) or (next((n for n in supported if n != name and spelling(n) == spelling(name)), None),
                                        "which does the same")
     hint = f" (use {supported[same]}, {how})" if same in supported else ""
-    return UnsupportedError(f"{dispatch_path(func)} is not supported by morphjit{hint}", user_location())
+    return UnsupportedError(f"{path} is not supported by morphjit{hint}", user_location())
 
 
 def _routed(function):

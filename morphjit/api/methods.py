@@ -19,7 +19,7 @@ from . import buffers, core as A, dispatch, namespace, writes
 from .conversions import as_strided_caller, scipy_caller, scipy_conversion_error
 from .indexing import arange, getitem
 from .random import global_draws, traced_generator
-from .scipy import namespace as scipy_namespace
+from .scipy import namespace as scipy_namespace, special as scipy_special
 
 
 def _ufunc_of_a_list_error(frame) -> UnsupportedError | None:
@@ -186,9 +186,9 @@ def traced_int_list(t, ints: list, path: str) -> TracedInts:
 def install() -> None:
     """Make ``Tracer`` an array: the members of `ArrayMethods`; the tracers of random generator
     arguments; ``np.arange`` of the batch size while a trace with a symbolic batch size runs;
-    SciPy's array-API lookups (and ``scipy.stats``' distributions and ``scipy.linalg``'s functions,
-    loaded with SciPy's), NumPy's global draws and NumPy's functions of lists holding traced values
-    while any trace runs."""
+    SciPy's array-API lookups and ``scipy.special.polygamma`` (and ``scipy.stats``' distributions and
+    ``scipy.linalg``'s functions, loaded with SciPy's), NumPy's global draws and NumPy's functions of
+    lists holding traced values while any trace runs."""
     for name, member in vars(ArrayMethods).items():
         if callable(member) or isinstance(member, property):
             setattr(Tracer, name, member)
@@ -203,7 +203,7 @@ def install() -> None:
     for owner, name, substitute in dispatch.routes():
         if (owner, name) not in taken:    # np.zeros_like makes buffers (``buffers``), and dispatches
             ANY_TRACE.register(owner, name, substitute)
-    for owner, name, substitute in scipy_namespace.substitutes():
+    for owner, name, substitute in scipy_namespace.substitutes() + scipy_special.substitutes():
         ANY_TRACE.register(owner, name, substitute)
     ANY_TRACE.provided_by("scipy.stats", f"{__package__}.scipy.stats")
     ANY_TRACE.provided_by("scipy.linalg", f"{__package__}.scipy.linalg")

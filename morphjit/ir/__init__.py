@@ -17,7 +17,7 @@ from .loops import (Acc as Acc, Accumulate as Accumulate, Alias as Alias, Apply 
 from .looptext import describe_instructions as describe_instructions
 from .op import (COMPOSITE as COMPOSITE, ELEMENTWISE as ELEMENTWISE, EXPENSIVE as EXPENSIVE, LINALG as LINALG,
                  MATMUL as MATMUL, OPS as OPS, REDUCE as REDUCE, SOURCE as SOURCE, STRUCTURAL as STRUCTURAL,
-                 VIEW as VIEW, defop as defop)
+                 VIEW as VIEW, NoDerivative as NoDerivative, defop as defop)
 from .parser import parse as parse
 from .program import (Binding as Binding, Lit as Lit, Namer as Namer, Program as Program, Var as Var,
                       format_binding as format_binding, params_of as params_of)

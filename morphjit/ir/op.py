@@ -7,7 +7,8 @@ code template (element-wise ops), its VJP rule and what fusion and selection nee
 A VJP rule is ``vjp(g, ans, *inputs, **params)``: ``g`` is the cotangent of the output, ``ans``
 the output and ``inputs`` the operands, all traced values, so a rule is written with the same
 array functions a user writes. It returns one cotangent per input (``None`` where an input is
-not differentiable). A cotangent may have the broadcast output's shape: the VJP driver sums it to
+not differentiable, a `NoDerivative` where the op's derivative in it is not available: refused
+where that input is differentiated). A cotangent may have the broadcast output's shape: the VJP driver sums it to
 the input's shape, so rules never undo broadcasting themselves.
 
 A scalar template ``scalar(K, *operands)`` renders the op on scalar operand expressions; ``K(c)``
@@ -89,6 +90,14 @@ class Op:
             return bool(self.init > 0)
         info = np.iinfo(dtype)
         return int(info.max) if self.init > 0 else int(info.min)
+
+
+@dataclass(frozen=True)
+class NoDerivative:
+    """A VJP rule's answer for an operand whose derivative it does not know (``what`` names it, as
+    in "the order v of scipy.special.iv"): the gradient is refused where that operand is
+    differentiated, never taken as 0."""
+    what: str
 
 
 OPS: dict[str, Op] = {}

@@ -18,4 +18,5 @@ def source_digest(module: str) -> str:
 VECMATH = "from morphjit.native import vecmath as vm"
 NPYMATH = f"from morphjit.native import npymath as npm  # {source_digest('npymath')}"
 LAPACK = f"from morphjit.native import lapack  # kernels {source_digest('lapack')}"
+SPECIAL = f"from morphjit.native import special as sps  # {source_digest('special')}"
 STEP_ERRORS = "from morphjit.native import step_errors as rt"

@@ -8,5 +8,5 @@ the array functions users call (``morphjit.api``), which is why this layer comes
 layer although the pipeline reads the table first.
 """
 from . import composites, elementwise, matmul, reductions, shapes, sources   # noqa: F401 (the core ops)
-from . import custom, gathers, linalg, random, special, svd, ufuncs, windows  # noqa: F401 (NumPy's and SciPy's families)
+from . import bessel, custom, gathers, linalg, random, special, svd, ufuncs, windows  # noqa: F401 (NumPy's and SciPy's families)
 from .gathers import in_range as in_range, index_operands as index_operands, picked_extents as picked_extents

@@ -1,7 +1,10 @@
 """SciPy's special functions that are ops: ``erf``, ``erfc`` and ``gammaln``, element-wise ops
-whose templates call the C library (``math.erf``, ``math.lgamma``), and ``erfinv``, ``digamma``,
-``xlogy``, ``xlog1py`` and ``entr``, composite ops whose reference is SciPy's and whose lowering
-(for the loop backends) is written here in element-wise ops, with their textbook gradients.
+whose templates call the C library (``math.erf``, ``math.lgamma``); ``gamma``, ``beta``,
+``betaln``, the regularised incomplete functions ``betainc``, ``betaincc``, ``gammainc`` and
+``gammaincc``, Student's t cdf ``stdtr`` and ``polygamma``, whose templates call SciPy's own
+kernels (`kernel_template`); and ``erfinv``, ``digamma``, ``xlogy``, ``xlog1py`` and ``entr``,
+composite ops whose reference is SciPy's and whose lowering (for the loop backends) is written
+here in element-wise ops, with their textbook gradients.
 """
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ import numpy as np
 import scipy.special as sp
 
 from .. import api as A
-from ..api import digamma, erf, erfc
-from ..ir import COMPOSITE, EXPENSIVE, defop, elementwise_rule
+from ..api import betaln, digamma, erf, erfc, gammaln, polygamma
+from ..ir import COMPOSITE, ELEMENTWISE, EXPENSIVE, NoDerivative, defop, elementwise_rule
 from .elementwise import elementwise
 
 TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
@@ -43,6 +46,80 @@ elementwise("erfc", sp.erfc, lambda K, x: _in_dtype(K, f"math.erfc({x})"),
             lambda g, ans, x: (-g * TWO_OVER_SQRT_PI * A.exp(-(x * x)),), cost=EXPENSIVE)
 elementwise("gammaln", sp.gammaln, _gammaln_template,
             lambda g, ans, x: (g * digamma(x),), cost=EXPENSIVE)
+
+
+def kernel_template(name: str, float32_kernel: bool = False):
+    """The template calling SciPy's double kernel ``sps.<name>`` (``morphjit.native.special``):
+    float32 operands in double, the result rounded back, as SciPy's float32 loops do; or its
+    float kernel ``sps.<name>_float32``, where SciPy's float32 loop calls one."""
+    def template(K, *operands):
+        if K.dtype == np.float32 and float32_kernel:
+            return f"sps.{name}_float32({', '.join(operands)})"
+        if K.dtype == np.float32:
+            return _in_dtype(K, f"sps.{name}({', '.join(f'np.float64({x})' for x in operands)})")
+        return f"sps.{name}({', '.join(operands)})"
+    return template
+
+
+def no_derivative(name: str, argument: str) -> NoDerivative:
+    return NoDerivative(f"the {argument} of scipy.special.{name}")
+
+
+def _beta_vjp(g, ans, a, b):
+    both = digamma(a + b)
+    return g * ans * (digamma(a) - both), g * ans * (digamma(b) - both)
+
+
+def _betaln_vjp(g, ans, a, b):
+    both = digamma(a + b)
+    return g * (digamma(a) - both), g * (digamma(b) - both)
+
+
+def _betainc_vjp(name, sign):
+    """In x (``sign`` +1: betainc, -1: betaincc) the beta density ``x^(a-1) (1-x)^(b-1) / B(a, b)``;
+    none in the shapes."""
+    def vjp(g, ans, a, b, x):
+        density = A.exp(A.xlogy(a - 1.0, x) + A.xlog1py(b - 1.0, -x) - betaln(a, b))
+        return no_derivative(name, "shape a"), no_derivative(name, "shape b"), sign * g * density
+    return vjp
+
+
+def _stdtr_vjp(g, ans, df, t):
+    """In t Student's density; none in the degrees of freedom."""
+    log_density = (gammaln((df + 1.0) / 2.0) - gammaln(df / 2.0) - 0.5 * A.log(math.pi * df)
+                   - (df + 1.0) / 2.0 * A.log1p(t * t / df))
+    return no_derivative("stdtr", "degrees of freedom df"), g * A.exp(log_density)
+
+
+def _gamma_density(a, x):
+    """``x^(a-1) e^-x / Gamma(a)``, the derivative of ``gammainc`` in x; 0 at x = inf."""
+    finite = x != np.inf
+    safe = A.where(finite, x, 1.0)
+    return A.where(finite, A.exp(A.xlogy(a - 1.0, safe) - safe - gammaln(a)), 0.0)
+
+
+elementwise("gamma", sp.gamma, kernel_template("gamma"), lambda g, ans, x: (g * ans * digamma(x),), cost=EXPENSIVE)
+elementwise("beta", sp.beta, kernel_template("beta"), _beta_vjp, cost=EXPENSIVE)
+elementwise("betaln", sp.betaln, kernel_template("betaln"), _betaln_vjp, cost=EXPENSIVE)
+elementwise("betainc", sp.betainc, kernel_template("betainc", float32_kernel=True), _betainc_vjp("betainc", 1.0),
+            cost=EXPENSIVE)
+elementwise("betaincc", sp.betaincc, kernel_template("betaincc", float32_kernel=True), _betainc_vjp("betaincc", -1.0),
+            cost=EXPENSIVE)
+elementwise("stdtr", sp.stdtr, kernel_template("stdtr", float32_kernel=True), _stdtr_vjp, cost=EXPENSIVE)
+elementwise("gammainc", sp.gammainc, kernel_template("gammainc"),
+            lambda g, ans, a, x: (no_derivative("gammainc", "shape a"), g * _gamma_density(a, x)), cost=EXPENSIVE)
+elementwise("gammaincc", sp.gammaincc, kernel_template("gammaincc"),
+            lambda g, ans, a, x: (no_derivative("gammaincc", "shape a"), -g * _gamma_density(a, x)), cost=EXPENSIVE)
+
+
+def _polygamma_template(K, x, n):
+    return _in_dtype(K, f"sps.polygamma(np.float64({float(n)!r}), np.float64({x}))")
+
+
+# polygamma(n, x) for a whole n >= 1 (a parameter; n = 0 is digamma): SciPy's values, in x's dtype
+defop("polygamma", ELEMENTWISE, lambda types, n: elementwise_rule("polygamma")(types),
+      lambda x, n: np.asarray(sp.polygamma(n, x), x.dtype), lambda g, ans, x, n: (g * polygamma(n + 1, x),),
+      scalar=_polygamma_template, cost=EXPENSIVE)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ passmanagers.free_after_use()   # every numba compilation of ours comes through 
 
 
 HEADER = "\n".join(["import math", "import numpy as np", "import numba", imports.VECMATH,
-                    "from morphjit.runtime.kernels import NoAliasCompiler", imports.NPYMATH]) + "\n\n\n"
+                    "from morphjit.runtime.kernels import NoAliasCompiler", imports.NPYMATH, imports.SPECIAL]) + "\n\n\n"
 
 
 class NoAliasCompiler(compiler.Compiler):

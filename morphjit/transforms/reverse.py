@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import api as A
-from ..ir import OPS, Binding, Lit, Program, TensorType, Var, is_float
+from ..ir import OPS, Binding, Lit, NoDerivative, Program, TensorType, Var, is_float
 from ..tracing import Trace, Tracer
 from ..util import MorphjitError, UnsupportedError
 
@@ -50,18 +50,25 @@ def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) ->
         if len(grads) != len(b.inputs):
             raise VJPError(f"the VJP rule of {b.op} returned {len(grads)} cotangents for {len(b.inputs)} inputs")
         for x, gx in zip(b.inputs, grads):
-            if gx is not None and isinstance(x, Var) and id(x) in active:
-                accumulate(cotangents, x, fit_to(gx, x.type, b.op))
+            if gx is None or not isinstance(x, Var) or id(x) not in active:
+                continue
+            if isinstance(gx, NoDerivative):
+                raise UnsupportedError(f"the gradient in {gx.what} is not supported: it has no closed form; "
+                                       f"wrap that argument in mj.stop_gradient to hold it constant", b.loc)
+            accumulate(cotangents, x, fit_to(gx, x.type, b.op))
     t.loc = outer_loc
     return [cotangents[id(v)] if id(v) in cotangents else A.full(v.shape, 0, v.dtype, like=t)
             for v in wrt]
 
 
 def active_values(bindings: Sequence[Binding], wrt: Sequence[Var]) -> set[int]:
-    """Float values that depend on a differentiated input. A float op without a VJP rule on such
-    a value is refused: taking its result as constant would give a silently wrong gradient."""
+    """Float values that depend on a differentiated input other than through ``stop_gradient``. A
+    float op without a VJP rule on such a value is refused: taking its result as constant would
+    give a silently wrong gradient (as would a `NoDerivative` for one, refused in `backward`)."""
     active = {id(v) for v in wrt}
     for b in bindings:
+        if b.op == "stop_gradient":
+            continue
         if is_float(b.out.dtype) and any(id(x) in active for x in b.inputs if isinstance(x, Var)):
             if not OPS[b.op].differentiable:
                 raise UnsupportedError(f"{b.op} has no VJP rule, but its float result depends on a "

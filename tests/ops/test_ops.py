@@ -445,8 +445,13 @@ SPECIAL_UNARY = [
     ("log", mj.logit, sp.logit, "unit", 10), ("log1p", mj.log_expit, sp.log_expit, "any", 10),
     ("log1p", mj.softplus, sp.softplus, "any", 10), ("erfc", mj.ndtr, sp.ndtr, "any", 10),
     ("erfc", mj.log_ndtr, sp.log_ndtr, "any", 100), ("entr", mj.entr, sp.entr, "any", 1),
+    # SciPy's own kernels (morphjit/native/special.py)
+    *[(name, getattr(mj, name), getattr(sp, name), domain, 1) for name in ("gamma", "i0", "i1", "j0", "j1", "y0", "y1")
+      for domain in ("any", "pos")],
 ]
-SPECIAL_BINARY = [("xlogy", mj.xlogy, sp.xlogy), ("xlog1py", mj.xlog1py, sp.xlog1py)]
+SPECIAL_BINARY = [("xlogy", mj.xlogy, sp.xlogy), ("xlog1py", mj.xlog1py, sp.xlog1py),
+                  *[(name, getattr(mj, name), getattr(sp, name))
+                    for name in ("beta", "betaln", "gammainc", "gammaincc", "iv", "kv", "stdtr")]]
 # Reductions and scans (morphjit/numpy_reduce.py): (op, name, function(x, axis, keepdims), reference).
 REDUCTIONS = [
     ("prod", "prod", mj.prod, np.prod), ("min", "argmax", mj.argmax, np.argmax),
@@ -656,6 +661,14 @@ def _cases():
         c.append(Case(op, f"{f.__name__}-nonfinite-{len(c)}", f, ref, nary("nonfinite", "any")))
         c.append(Case(op, f"{f.__name__}-zeros-{len(c)}", lambda y, f=f: f(0.0 * y, y), lambda y, ref=ref: ref(0.0 * y, y),
                       unary("nonfinite")))
+    c.append(Case("betainc", f"betainc-{len(c)}", mj.betainc, sp.betainc, nary("pos", "pos", "unit")))
+    c.append(Case("betainc", f"betainc-nonfinite-{len(c)}", mj.betainc, sp.betainc, nary("pos", "nonfinite", "unit")))
+    c.append(Case("betaincc", f"betaincc-{len(c)}", mj.betaincc, sp.betaincc, nary("pos", "pos", "unit")))
+    c.append(Case("betaincc", f"betaincc-nonfinite-{len(c)}", mj.betaincc, sp.betaincc, nary("nonfinite", "pos", "unit")))
+    for n in (1, 2, 4):
+        c.append(Case("polygamma", f"polygamma-{n}-{len(c)}", lambda x, n=n: mj.polygamma(n, x),
+                      lambda x, n=n: sp.polygamma(n, x).astype(x.dtype), unary("any")))
+    c.append(Case("digamma", f"polygamma-0-{len(c)}", lambda x: mj.polygamma(0, x), sp.digamma, unary("pos"), tol=10))
     for op, name, f, ref in REDUCTIONS:
         call = lambda x, axis, keepdims, f=f: f(x, axis=axis, keepdims=keepdims)
         expected = lambda x, axis, keepdims, ref=ref: ref(x, axis=axis, keepdims=keepdims)

@@ -196,6 +196,27 @@ class AutogradNS:
         return functools.reduce(operator.mul, [factors[i] for i in range(len(factors))], anp.ones(factors.shape[1:]))
 
     @staticmethod
+    def i0(x):
+        """autograd's i0 has no gradient: ``iv(0, x)``."""
+        return asp.iv(0.0, x)
+
+    @staticmethod
+    def kv(v, x):
+        """autograd has no kv: ``pi/2 (I_-v - I_v) / sin(v pi)`` for a constant v that is not whole."""
+        return np.pi / 2 * (asp.iv(-v, x) - asp.iv(v, x)) / np.sin(v * np.pi)
+
+    @staticmethod
+    def betaincc(a, b, x):
+        """autograd has no betaincc: ``betainc(b, a, 1 - x)``."""
+        return asp.betainc(b, a, 1.0 - x)
+
+    @staticmethod
+    def stdtr(df, t):
+        """autograd has no stdtr: half the regularised beta function at ``df / (df + t^2)``."""
+        half = 0.5 * asp.betainc(df / 2.0, 0.5, df / (df + t * t))
+        return anp.where(t > 0, 1.0 - half, half)
+
+    @staticmethod
     def nansum(x, axis=None):
         return anp.sum(anp.where(anp.isnan(x), 0.0, x), axis=axis)
 

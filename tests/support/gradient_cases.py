@@ -126,6 +126,28 @@ for _shape in [(), (2, 3)]:
 case("erfc", lambda ns, x: ns.log_ndtr(x * 30.0), [(2, 3)], "log_ndtr-tails", inputs=_uniform(-1.0, 0.2, (2, 3)),
      ag_rtol=1e-5)
 
+
+# SciPy's kernels (morphjit/native/special.py), in x; orders and shapes constant.
+for _shape in [(), (2, 3)]:
+    _s = "x".join(map(str, _shape)) or "scalar"
+    for _name in ["gamma", "i0", "i1", "j0", "j1", "y0", "y1"]:
+        case(_name, lambda ns, x, f=_name: getattr(ns, f)(x), [_shape], f"{_name}-{_s}", domain="pos")
+    for _name in ["gamma", "i0", "i1", "j0", "j1"]:
+        case(_name, lambda ns, x, f=_name: getattr(ns, f)(-x - 0.25), [_shape], f"{_name}-negative-{_s}",
+             inputs=_uniform(0.1, 0.6, _shape))
+    for _name in ["beta", "betaln"]:
+        case(_name, lambda ns, a, b, f=_name: getattr(ns, f)(a, b), [_shape, _shape], f"{_name}-{_s}", domain="pos")
+    case("betainc", lambda ns, x: ns.betainc(2.5, 1.5, x), [_shape], f"betainc-{_s}", inputs=_uniform(0.05, 0.95, _shape))
+    case("betaincc", lambda ns, x: ns.betaincc(2.5, 1.5, x), [_shape], f"betaincc-{_s}",
+         inputs=_uniform(0.05, 0.95, _shape))
+    case("stdtr", lambda ns, x: ns.stdtr(3.5, x * 3.0), [_shape], f"stdtr-{_s}")
+    for _name in ["gammainc", "gammaincc"]:
+        case(_name, lambda ns, x, f=_name: getattr(ns, f)(1.75, x), [_shape], f"{_name}-{_s}", domain="pos")
+    case("iv", lambda ns, x: ns.iv(1.5, x) + ns.iv(-0.5, x), [_shape], f"iv-{_s}", domain="pos")
+    case("kv", lambda ns, x: ns.kv(1.5, x) + ns.kv(0.25, x), [_shape], f"kv-{_s}", domain="pos", ag_rtol=1e-7)
+    for _n in (1, 2, 3):
+        case("polygamma", lambda ns, x, n=_n: ns.polygamma(n, x), [_shape], f"polygamma-{_n}-{_s}", domain="pos")
+
 # Reductions and scans (morphjit/numpy_reduce.py).
 for _axis in [None, 0, -1, (0, 2)]:
     _s = f"axis={_axis}".replace(" ", "")

@@ -252,16 +252,28 @@ class _Builder:
         "arccos": "unit", "arctanh": "unit", "erfinv": "unit", "rint": "flat", "floor": "flat", "ceil": "flat",
         "trunc": "flat",
     }
+    # SciPy's kernels (morphjit/native/special.py), all in one kind (so that each is drawn often
+    # enough), orders and shapes constant (their gradients are refused): (domain, calls of x = {0})
+    EXTENDED_KERNELS = {
+        "scipy_kernels": ("pos", "ns.i0({0}) + ns.i1({0}) + ns.j0({0}) + ns.j1({0}) + ns.y0({0}) + ns.y1({0}) "
+                                 "+ ns.iv(1.5, {0}) + ns.kv(0.5, {0}) + ns.gamma({0}) + ns.gammainc(1.5, {0}) "
+                                 "+ ns.gammaincc(2.5, {0}) + ns.polygamma(2, {0}) + ns.beta({0}, 1.5) "
+                                 "+ ns.betaln(0.75, {0}) + ns.betainc(1.5, 2.5, 1.0 / (1.0 + {0})) "
+                                 "+ ns.betaincc(0.5, 2.0, 1.0 / (1.0 + {0})) + ns.stdtr(2.5, {0} - 1.0)"),
+    }
     EXTENDED_BINARY = ["hypot", "arctan2", "logaddexp", "logaddexp2", "copysign", "heaviside", "remainder", "fmod",
                        "floor_divide", "xlogy", "xlog1py"]
 
     def extended(self):
         # Drawn from the program's seeded generator: uniform over the many kinds (hypothesis's
         # derandomized choices favour the first few).
-        kinds = sorted(self.EXTENDED_UNARY) + self.EXTENDED_BINARY + ["prod", "diagonal", "window", "max_pool"]
+        kinds = (sorted(self.EXTENDED_UNARY) + self.EXTENDED_BINARY + sorted(self.EXTENDED_KERNELS)
+                 + ["prod", "diagonal", "window", "max_pool"])
         kind = kinds[int(self.rng.integers(len(kinds)))]
         if kind in self.EXTENDED_UNARY:
             return self._extended_unary(kind, self.EXTENDED_UNARY[kind])
+        if kind in self.EXTENDED_KERNELS:
+            return self._extended_unary(kind, *self.EXTENDED_KERNELS[kind])
         if kind in ("window", "max_pool"):
             return self._windows(kind)
         if kind == "prod":
@@ -298,7 +310,8 @@ class _Builder:
         shape = (batch, 1, h // sizes[0], w // sizes[1])
         return self.emit(f"ns.max_pool2d(ns.reshape({x.name}, {(batch, 1, h, w)!r}), {sizes!r})", shape, x.lo, x.hi, [x])
 
-    def _extended_unary(self, kind, domain):
+    def _extended_unary(self, kind, domain, expression=None):
+        """``ns.<kind>(x)``, or ``expression`` of x (``{0}``), on the domain of its kind."""
         x = self.pick()
         if domain == "pos":
             x = self.positive(x)
@@ -308,10 +321,13 @@ class _Builder:
                 scale, shift = (0.9, 0.0) if domain == "unit" else (0.1, 0.25)
                 x = self.emit(f"{x.name} * {scale} + {shift}", x.shape, x.lo * scale + shift, x.hi * scale + shift, [x])
         arg = f"{x.name} + 1.0" if kind == "arccosh" else x.name
-        f = _numpy_function(kind)
         grid = np.linspace(x.lo, x.hi, 201) + (1.0 if kind == "arccosh" else 0.0)
-        values = f(grid)
-        return self.emit(f"ns.{kind}({arg})", x.shape, values.min(), values.max(), [x])
+        if expression is None:
+            values = _numpy_function(kind)(grid)
+            return self.emit(f"ns.{kind}({arg})", x.shape, values.min(), values.max(), [x])
+        import scipy.special
+        values = np.asarray(eval(expression.format("x"), {"ns": scipy.special, "x": grid}))
+        return self.emit(expression.format(arg), x.shape, values.min(), values.max(), [x])
 
     def _extended_binary(self, kind):
         a = self.pick()

@@ -1,6 +1,7 @@
 """SciPy's special functions that are NumPy ufuncs and appear in loss code (``scipy.special.X``):
-those that are ops (``morphjit.ops.special``) and the rest, formulas of existing ops. `UFUNCS` is
-this family's entries of the NumPy dispatch.
+those that are ops (``morphjit.ops.special``, ``morphjit.ops.bessel``) and the rest, formulas of
+existing ops. `UFUNCS` is this family's entries of the NumPy dispatch; ``polygamma``, a Python
+function in SciPy, is replaced while traces run (`substitutes`).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import scipy.special as sp
 
 from ...ir import Lit
+from ...util import UnsupportedError, user_location
 from .. import core as A, ufuncs as X
 
 SQRT_HALF = math.sqrt(0.5)
@@ -17,6 +19,11 @@ SQRT_HALF = math.sqrt(0.5)
 
 erf, erfc, gammaln = (X.floating_function(n) for n in ("erf", "erfc", "gammaln"))
 erfinv, digamma, entr = (X.floating_function(n) for n in ("erfinv", "digamma", "entr"))
+gamma, beta, betaln, betainc = (X.floating_function(n) for n in ("gamma", "beta", "betaln", "betainc"))
+gammainc, gammaincc = X.floating_function("gammainc"), X.floating_function("gammaincc")
+betaincc, stdtr = X.floating_function("betaincc"), X.floating_function("stdtr")
+i0, i1, iv, j0, j1 = (X.floating_function(n) for n in ("i0", "i1", "iv", "j0", "j1"))
+y0, y1, kv = (X.floating_function(n) for n in ("y0", "y1", "kv"))
 expit = A.sigmoid
 
 
@@ -91,8 +98,37 @@ def _floating_binary(name):
 xlogy, xlog1py = _floating_binary("xlogy"), _floating_binary("xlog1py")
 
 
+def _whole_order(n) -> int:
+    """polygamma's order: a whole number >= 0 known when tracing."""
+    if A.trace_of([n]) is not None or np.ndim(n) != 0 or not float(n).is_integer() or n < 0:
+        raise UnsupportedError(f"scipy.special.polygamma: the order n must be a whole number >= 0 known when "
+                               f"tracing (a Python or NumPy scalar), got {n!r}", user_location())
+    return int(n)
+
+
+def polygamma(n, x):
+    """``scipy.special.polygamma(n, x)`` for a whole ``n >= 0``: digamma at 0, its n-th derivative beyond."""
+    n, x = _whole_order(n), X.float_array(x)
+    return digamma(x) if n == 0 else A.bind("polygamma", [A.as_value(x)], n=n)
+
+
+_scipy_polygamma = sp.polygamma
+
+
+def _polygamma_substitute(n, x):
+    """``scipy.special.polygamma`` while traces run (a Python function: no ufunc dispatch reaches it)."""
+    return polygamma(n, x) if A.trace_of([n, x]) is not None else _scipy_polygamma(n, x)
+
+
+def substitutes() -> list[tuple[object, str, object]]:
+    """``(owner, name, substitute)``: each attribute replaced while a trace runs."""
+    return [(sp, "polygamma", _polygamma_substitute)]
+
+
 UFUNCS = {
     sp.expit: expit, sp.logit: logit, sp.log_expit: log_expit, sp.erf: erf, sp.erfc: erfc,
     sp.erfinv: erfinv, sp.ndtr: ndtr, sp.log_ndtr: log_ndtr, sp.gammaln: gammaln, sp.digamma: digamma,
-    sp.psi: digamma, sp.xlogy: xlogy, sp.xlog1py: xlog1py, sp.entr: entr,
+    sp.psi: digamma, sp.xlogy: xlogy, sp.xlog1py: xlog1py, sp.entr: entr, sp.gamma: gamma, sp.beta: beta,
+    sp.betaln: betaln, sp.betainc: betainc, sp.gammainc: gammainc, sp.gammaincc: gammaincc, sp.i0: i0, sp.i1: i1,
+    sp.iv: iv, sp.j0: j0, sp.j1: j1, sp.y0: y0, sp.y1: y1, sp.kv: kv, sp.betaincc: betaincc, sp.stdtr: stdtr,
 }

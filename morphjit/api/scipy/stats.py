@@ -11,7 +11,7 @@ parameters (``scale <= 0``, ``df <= 0``, a probability outside [0, 1], ...) or a
 the formulas see only points inside the support, and +-inf only where the value there is infinite
 (elsewhere a method is flat at an infinity).
 Results keep the inputs' float dtype (SciPy's are float64). A distribution or method not listed
-keeps SciPy's conversion error, which names it.
+keeps SciPy's conversion error, which names it. The multivariate ones are in ``multivariate``.
 """
 from __future__ import annotations
 
@@ -24,12 +24,10 @@ import scipy.special as sp
 import scipy.stats as ss
 
 from ...tracing import ANY_TRACE
-from ...util import UnsupportedError, user_location
 from .. import core as A
 from ..custom import stop_gradient
-from ..linalg import cholesky, solve_triangular
+from .multivariate import LOG_2PI, dirichlet_logpdf, mvn_entropy, mvn_logpdf
 
-LOG_2PI = math.log(2 * math.pi)
 EVERYWHERE = (-np.inf, np.inf)
 POSITIVE = (0.0, np.inf)
 
@@ -51,11 +49,16 @@ class Standard(NamedTuple):
 
 
 class Tails(NamedTuple):
-    """The tails of a continuous distribution inside its support, each ``(z, *shapes)``."""
+    """The tails of a continuous distribution inside its support, each ``(z, *shapes)``. A log tail
+    is evaluated at the infinity where it tends to -inf (its gradient there the limit): by its
+    formula, or where that gives 0 * inf there, by its ``asymptote`` ``(Standard, *shapes)``; or
+    with ``flat_logs``, it is -inf there, with the gradient 0 of SciPy's, which underflows first."""
     cdf: Callable
     sf: Callable
     logcdf: Callable
     logsf: Callable
+    flat_logs: bool = False
+    asymptote: Callable | None = None
 
 
 class Continuous(NamedTuple):
@@ -71,6 +74,7 @@ class Discrete(NamedTuple):
     logpmf: Callable                       # ``(k, *shapes)`` on the support
     support: Callable                      # ``(*shapes) -> (first, last)``
     valid: Callable
+    tails: Tails | None = None             # ``(k, *shapes)`` for whole k, first <= k < last
 
 
 def _betaln(a, b):
@@ -108,6 +112,46 @@ def _log1p_square(s: Standard, c):
     return np.where(far, t + np.log1p(np.exp(-t)), np.log1p(near * near / c))
 
 
+def _log_of(tail, other):
+    """SciPy's log of a tail: ``log(tail)`` below the median (where the tail is under 1/2), else
+    ``log1p(-other)``; each formula sees only its own points."""
+    def log_tail(z, *shapes):
+        t, o = tail(z, *shapes), other(z, *shapes)
+        small = t < 0.5
+        return np.where(small, np.log(np.where(small, t, 0.5)), np.log1p(-np.where(small, 0.5, o)))
+    return log_tail
+
+
+def _logs(cdf, sf, **kw):
+    """A distribution's tails whose logs are SciPy's (`_log_of`)."""
+    return Tails(cdf, sf, _log_of(cdf, sf), _log_of(sf, cdf), **kw)
+
+
+def _gamma_tails(shape, half):
+    """gamma's (``half`` 1) and chi2's (``half`` 1/2: shape df / 2, at z / 2) tails."""
+    cdf = lambda z, a: sp.gammainc(shape(a), z * half)
+    sf = lambda z, a: sp.gammaincc(shape(a), z * half)
+    return _logs(cdf, sf, flat_logs=True)
+
+
+def _halfnorm_tails():
+    """SciPy's logcdf; the log of its sf ``2 ndtr(-z)`` from ``log_ndtr`` in the far tail."""
+    cdf, sf = (lambda z: sp.erf(z * math.sqrt(0.5))), (lambda z: 2.0 * sp.ndtr(-z))
+    return Tails(cdf, sf, _log_of(cdf, sf), lambda z: math.log(2.0) + sp.log_ndtr(-z))
+
+
+def _laplace_cdf(z):
+    """SciPy's branches, each seeing only its own points (so that neither overflows)."""
+    left, right = np.where(z > 0, 0.0, z), np.where(z > 0, z, 0.0)
+    return np.where(z > 0, 1.0 - 0.5 * np.exp(-right), 0.5 * np.exp(left))
+
+
+def _laplace_logcdf(z):
+    """``log(laplace.cdf)`` without underflow: ``log(1/2) + z`` on the left."""
+    left, right = np.where(z > 0, 0.0, z), np.where(z > 0, z, 0.0)
+    return np.where(z > 0, np.log1p(-0.5 * np.exp(-right)), math.log(0.5) + left)
+
+
 def _lognorm_logpdf(s: Standard, shape):
     log_z = _log_abs_z(s)
     return -np.log(shape) - log_z - 0.5 * LOG_2PI - log_z ** 2 / (2 * shape * shape)
@@ -117,35 +161,83 @@ CONTINUOUS = {
     "norm": Continuous(lambda s: -0.5 * s.z * s.z - 0.5 * LOG_2PI,
                        tails=Tails(sp.ndtr, lambda z: sp.ndtr(-z), sp.log_ndtr, lambda z: sp.log_ndtr(-z))),
     "t": Continuous(lambda s, df: sp.gammaln((df + 1) / 2) - sp.gammaln(df / 2) - 0.5 * np.log(np.pi * df)
-                    - (df + 1) / 2 * _log1p_square(s, df), valid=lambda df: df > 0),
-    "cauchy": Continuous(lambda s: -math.log(math.pi) - _log1p_square(s, 1.0)),
-    "laplace": Continuous(lambda s: -np.abs(s.z) - math.log(2.0)),
+                    - (df + 1) / 2 * _log1p_square(s, df), valid=lambda df: df > 0,
+                    tails=_logs(lambda z, df: sp.stdtr(df, z), lambda z, df: sp.stdtr(df, -z),
+                                asymptote=lambda s, df: -df * _log_abs_z(s))),   # log|z|^-df
+    "cauchy": Continuous(lambda s: -math.log(math.pi) - _log1p_square(s, 1.0),
+                         tails=_logs(lambda z: np.arctan2(1.0, -z) / np.pi, lambda z: np.arctan2(1.0, z) / np.pi,
+                                     asymptote=lambda s: -_log_abs_z(s))),   # log(1 / pi|z|)
+    "laplace": Continuous(lambda s: -np.abs(s.z) - math.log(2.0),
+                          tails=Tails(_laplace_cdf, lambda z: _laplace_cdf(-z), _laplace_logcdf,
+                                      lambda z: _laplace_logcdf(-z))),
     "logistic": Continuous(lambda s: -np.abs(s.z) - 2.0 * np.log1p(np.exp(-np.abs(s.z))),
                            tails=Tails(sp.expit, lambda z: sp.expit(-z), sp.log_expit, lambda z: sp.log_expit(-z))),
     "expon": Continuous(lambda s: -s.z, POSITIVE,
                         tails=Tails(lambda z: -np.expm1(-z), lambda z: np.exp(-z), lambda z: np.log(-np.expm1(-z)),
                                     lambda z: -z)),
-    "gamma": Continuous(lambda s, a: _xlog_z(a - 1.0, s) - s.z - sp.gammaln(a), POSITIVE, lambda a: a > 0),
+    "gamma": Continuous(lambda s, a: _xlog_z(a - 1.0, s) - s.z - sp.gammaln(a), POSITIVE, lambda a: a > 0,
+                        _gamma_tails(lambda a: a, 1.0)),
     "chi2": Continuous(lambda s, df: _xlog_z(df / 2 - 1.0, s) - s.z / 2 - sp.gammaln(df / 2) - df / 2 * math.log(2.0),
-                       POSITIVE, lambda df: df > 0),
-    "lognorm": Continuous(_lognorm_logpdf, (np.nextafter(0.0, 1.0), np.inf), lambda s: s > 0),   # z > 0
-    "halfnorm": Continuous(lambda s: -0.5 * s.z * s.z + 0.5 * math.log(2 / math.pi), POSITIVE),
+                       POSITIVE, lambda df: df > 0, _gamma_tails(lambda df: df / 2, 0.5)),
+    "lognorm": Continuous(_lognorm_logpdf, (np.nextafter(0.0, 1.0), np.inf), lambda s: s > 0,   # z > 0
+                          Tails(lambda z, s: sp.ndtr(np.log(z) / s), lambda z, s: sp.ndtr(-np.log(z) / s),
+                                lambda z, s: sp.log_ndtr(np.log(z) / s), lambda z, s: sp.log_ndtr(-np.log(z) / s),
+                                asymptote=lambda s, shape: sp.log_ndtr(-_log_abs_z(s) / shape))),
+    "halfnorm": Continuous(lambda s: -0.5 * s.z * s.z + 0.5 * math.log(2 / math.pi), POSITIVE,
+                           tails=_halfnorm_tails()),
     "beta": Continuous(lambda s, a, b: _xlog_z(a - 1.0, s) + sp.xlog1py(b - 1.0, -s.z) - _betaln(a, b), (0.0, 1.0),
-                       lambda a, b: (a > 0) & (b > 0)),
-    "uniform": Continuous(lambda s: 0.0 * s.z, (0.0, 1.0)),
+                       lambda a, b: (a > 0) & (b > 0),
+                       _logs(lambda z, a, b: sp.betainc(a, b, z), lambda z, a, b: sp.betaincc(a, b, z))),
+    "uniform": Continuous(lambda s: 0.0 * s.z, (0.0, 1.0),
+                          tails=_logs(lambda z: z, lambda z: 1.0 - z)),
 }
+
+
+def _plain_logs(cdf, sf):
+    """Tails whose logs are SciPy's for a discrete distribution: ``log(cdf)`` and ``log(sf)``."""
+    return Tails(cdf, sf, lambda k, *shapes: np.log(cdf(k, *shapes)), lambda k, *shapes: np.log(sf(k, *shapes)))
+
+
+_BINOM_TAILS = _plain_logs(lambda k, n, p: sp.betaincc(k + 1.0, n - k, p),
+                           lambda k, n, p: sp.betainc(k + 1.0, n - k, p))
+
+
+def _nbinom_logcdf(k, n, p):
+    """SciPy's: ``log1p(-betainc(k + 1, n, 1 - p))`` where the cdf is over 1/2."""
+    cdf = sp.betainc(n, k + 1.0, p)
+    high = cdf > 0.5
+    low = np.log(np.where(high, 0.5, cdf))
+    return np.where(high, np.log1p(-sp.betainc(k + 1.0, n, 1.0 - np.where(high, p, 0.5))), low)
+
+
+def _geom_tail(lower: bool):
+    """SciPy's ``-expm1(k log1p(-p))`` (cdf) or ``exp(k log1p(-p))`` (sf); at p = 1 from the power
+    ``(1 - p)^k``, whose gradient there is the limit (through log1p(-1) it is 0 * inf)."""
+    def tail(k, p):
+        certain = p == 1.0
+        power = (1.0 - np.where(certain, p, 1.0)) ** k
+        log_sf = k * np.log1p(-np.where(certain, 0.5, p))
+        return np.where(certain, 1.0 - power, -np.expm1(log_sf)) if lower else np.where(certain, power, np.exp(log_sf))
+    return tail
+
 
 DISCRETE = {
     "poisson": Discrete(lambda k, mu: sp.xlogy(k, mu) - sp.gammaln(k + 1.0) - mu, lambda mu: (0, np.inf),
-                        lambda mu: mu >= 0),
-    "bernoulli": Discrete(lambda k, p: sp.xlogy(k, p) + sp.xlog1py(1.0 - k, -p), lambda p: (0, 1), _probability),
+                        lambda mu: mu >= 0,
+                        _plain_logs(lambda k, mu: sp.gammaincc(k + 1.0, mu), lambda k, mu: sp.gammainc(k + 1.0, mu))),
+    "bernoulli": Discrete(lambda k, p: sp.xlogy(k, p) + sp.xlog1py(1.0 - k, -p), lambda p: (0, 1), _probability,
+                          Tails(*(lambda k, p, tail=tail: tail(k, 1.0, p) for tail in _BINOM_TAILS[:4]))),   # n = 1
     "binom": Discrete(lambda k, n, p: sp.gammaln(n + 1.0) - sp.gammaln(k + 1.0) - sp.gammaln(n - k + 1.0)
                       + sp.xlogy(k, p) + sp.xlog1py(n - k, -p), lambda n, p: (0, n),
-                      lambda n, p: (n >= 0) & (n == np.floor(n)) & _probability(p)),
+                      lambda n, p: (n >= 0) & (n == np.floor(n)) & _probability(p), _BINOM_TAILS),
     "geom": Discrete(lambda k, p: sp.xlog1py(k - 1.0, -p) + np.log(p), lambda p: (1, np.inf),
-                     lambda p: (p > 0) & (p <= 1)),
+                     lambda p: (p > 0) & (p <= 1),
+                     Tails(_geom_tail(True), _geom_tail(False), lambda k, p: np.log(_geom_tail(True)(k, p)),
+                           lambda k, p: k * np.log1p(-p))),
     "nbinom": Discrete(lambda k, n, p: sp.gammaln(n + k) - sp.gammaln(k + 1.0) - sp.gammaln(n) + sp.xlogy(n, p)
-                       + sp.xlog1py(k, -p), lambda n, p: (0, np.inf), lambda n, p: (n > 0) & (p > 0) & (p <= 1)),
+                       + sp.xlog1py(k, -p), lambda n, p: (0, np.inf), lambda n, p: (n > 0) & (p > 0) & (p <= 1),
+                       Tails(lambda k, n, p: sp.betainc(n, k + 1.0, p), lambda k, n, p: sp.betaincc(n, k + 1.0, p),
+                             _nbinom_logcdf, lambda k, n, p: np.log(sp.betaincc(n, k + 1.0, p)))),
 }
 
 
@@ -212,12 +304,18 @@ def _tail(kind: str, dist, x, *args, **kwds):
     and at the infinity where it tends to one of them."""
     upper, log = kind.endswith("sf"), kind.startswith("log")
     # The infinity where the tail tends to 0 (-inf for a log) is evaluated: its gradient is a limit.
-    evaluated = (log and not upper, log and upper)
+    at_infinity = log and not CONTINUOUS[dist.name].tails.flat_logs
+    evaluated = (at_infinity and not upper, at_infinity and upper)
     spec, shapes, arguments, raw, standard, inside, valid = _standardised(dist, x, args, kwds, evaluated)
     empty, full = (-np.inf, 0.0) if log else (0.0, 1.0)
     below = (raw < spec.support[0]) | (raw == -np.inf)
     outside = np.where(below, full, empty) if upper else np.where(below, empty, full)
-    return _masked(inside, getattr(spec.tails, kind)(standard.z, *shapes), outside, valid, arguments)
+    value = getattr(spec.tails, kind)(standard.z, *shapes)
+    if at_infinity and spec.tails.asymptote is not None:
+        infinite = np.isinf(standard.z)
+        value = np.where(infinite, spec.tails.asymptote(standard.where(infinite, 1.0), *shapes),
+                         getattr(spec.tails, kind)(standard.where(~infinite, 1.0).z, *shapes))
+    return _masked(inside, value, outside, valid, arguments)
 
 
 def logpmf(dist, k, *args, **kwds):
@@ -231,44 +329,21 @@ def logpmf(dist, k, *args, **kwds):
                    (k, *shapes, loc))
 
 
+def _discrete_tail(kind: str, dist, k, *args, **kwds):
+    """A tail at ``floor(k - loc)`` (flat in k and loc), SciPy's 0 and 1 (-inf and 0) beyond the support."""
+    spec = DISCRETE[dist.name]
+    shapes, loc, _ = dist._parse_args(*args, **kwds)
+    j = stop_gradient(np.floor(k - loc))
+    first, last = spec.support(*shapes)
+    inside = (j >= first) & (j < last)
+    empty, full = (-np.inf, 0.0) if kind.startswith("log") else (0.0, 1.0)
+    outside = np.where(j < first, full, empty) if kind.endswith("sf") else np.where(j < first, empty, full)
+    value = getattr(spec.tails, kind)(np.where(inside, j, first), *shapes)
+    return _masked(inside, value, outside, spec.valid(*shapes) & ~np.isnan(j), (k, *shapes, loc))
+
+
 def _exp_of(log_method):
     return lambda dist, x, *args, **kwds: np.exp(log_method(dist, x, *args, **kwds))
-
-
-# ---------------------------------------------------------------------------------------------
-# The multivariate normal
-
-
-def _dimension(mean, cov) -> int:
-    if mean is not None:
-        return int(np.size(mean))
-    return int(np.shape(cov)[0]) if np.ndim(cov) else 1
-
-
-def mvn_logpdf(dist, x, mean=None, cov=1, allow_singular=False):
-    """``multivariate_normal.logpdf``: the Cholesky factor of a full ``cov`` (a 1-d ``cov`` is the
-    diagonal, a scalar a multiple of the identity); rows of ``x`` along its last axis."""
-    if allow_singular:
-        raise UnsupportedError("scipy.stats.multivariate_normal: allow_singular=True is not supported on traced "
-                               "arrays (the covariance is factored by Cholesky)", user_location())
-    d = _dimension(mean, cov)
-    x = A.as_array(x)
-    if x.ndim == 0:
-        x = np.reshape(x, (1,))
-    if x.ndim == 1:
-        x = np.reshape(x, (-1, 1) if d == 1 else (1, -1))
-    dev = x - (0.0 if mean is None else np.reshape(mean, (d,)))
-    if np.ndim(cov) == 2:
-        factor = cholesky(cov, lower=True)
-        rows = np.reshape(dev, (-1, d))
-        white = solve_triangular(factor, np.transpose(rows), lower=True)
-        distance = np.reshape(np.sum(white * white, axis=0), dev.shape[:-1])
-        log_det = 2.0 * np.sum(np.log(np.diagonal(factor)))
-    else:
-        variances = cov * np.ones(d) if np.ndim(cov) == 0 else cov
-        distance = np.sum(dev * dev / variances, axis=-1)
-        log_det = np.sum(np.log(variances))
-    return np.squeeze(-0.5 * (d * LOG_2PI + log_det + distance))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,15 +375,18 @@ def _continuous_with(need_tails: bool):
 
 for _name, _log in (("logpdf", True), ("pdf", False)):
     _substitute(ss.rv_continuous, _name, functools.partial(_density, _log), _continuous_with(False))
-for _name in Tails._fields:
+for _name in ("cdf", "sf", "logcdf", "logsf"):
     _substitute(ss.rv_continuous, _name, functools.partial(_tail, _name), _continuous_with(True))
 for _name, _twin in (("logpmf", logpmf), ("pmf", _exp_of(logpmf))):
     _substitute(ss.rv_discrete, _name, _twin, lambda dist: dist.name in DISCRETE)
-for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf))):
+for _name in ("cdf", "sf", "logcdf", "logsf"):
+    _substitute(ss.rv_discrete, _name, functools.partial(_discrete_tail, _name), lambda dist: dist.name in DISCRETE)
+for _name, _twin in (("logpdf", mvn_logpdf), ("pdf", _exp_of(mvn_logpdf)), ("entropy", mvn_entropy)):
     _substitute(type(ss.multivariate_normal), _name, _twin, lambda dist: True)
+_substitute(type(ss.dirichlet), "logpdf", dirichlet_logpdf, lambda dist: True)
 
 CONVERSION_HINT = (
     f"on traced arrays scipy.stats computes logpdf and pdf of {', '.join(sorted(CONTINUOUS))} "
-    f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf "
-    f"and pmf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf and pdf: write other functions "
-    f"with NumPy's")
+    f"(and logcdf, cdf, logsf, sf of {', '.join(sorted(k for k, v in CONTINUOUS.items() if v.tails))}), logpmf, "
+    f"pmf, logcdf, cdf, logsf and sf of {', '.join(sorted(DISCRETE))}, and multivariate_normal.logpdf, pdf and "
+    f"entropy, and dirichlet.logpdf: write other functions with NumPy's")

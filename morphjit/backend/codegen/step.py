@@ -89,6 +89,7 @@ class StepWriter(Writer):
         out.line("from morphjit.runtime import kernels")
         out.line(imports.VECMATH)
         out.line(imports.NPYMATH)
+        out.line(imports.SPECIAL)
         if any(ins.kind == "check" for ins in self.plan.instructions):
             out.line(imports.STEP_ERRORS)
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
