@@ -212,7 +212,7 @@ def test_writes_through_as_strided_are_refused():
 # The hints of unsupported functions
 
 
-MISLEADING = [lambda x: np.select([x > 0], [x]), lambda x: np.linalg.svd(np.outer(x, x)), np.sort, np.median,
+MISLEADING = [lambda x: np.select([x > 0], [x]), lambda x: np.linalg.matrix_rank(np.outer(x, x)), np.sort, np.median,
               lambda x: np.quantile(x, 0.5), lambda x: np.convolve(x, x), lambda x: np.cross(x, x),
               lambda x: np.isclose(x, x), np.argwhere, np.cov, lambda x: np.resize(x, 4),
               lambda x: np.insert(x, 0, x), lambda x: np.delete(x, 0), lambda x: np.fmax(x, x), np.nanmax,
@@ -231,19 +231,18 @@ def test_no_hint_names_a_function_that_does_another_job(fn):
 
 @pytest.mark.parametrize("fn, hint", [(np.cumulative_sum, "use np.cumsum, which does the same"),
                                       (np.fix, "use np.trunc, which does the same"),
-                                      (scipy.special.gamma, r"use scipy.special.gammaln, gamma\(x\) is exp\(gammaln")])
+                                      (scipy.special.loggamma, r"use scipy.special.gammaln \(equal for real x\)")])
 def test_a_hint_names_a_function_that_does_the_same_job(fn, hint):
     with pytest.raises(mj.UnsupportedError, match=hint):
         mj.trace(fn, np.array([0.5, 1.5, 2.5]))
 
 
-@pytest.mark.parametrize("logpdf", [lambda x: scipy.stats.dirichlet.logpdf(x, np.ones(3)),
-                                    lambda x: scipy.stats.dirichlet(np.ones(3)).logpdf(x)])
-def test_a_multivariate_distribution_is_named_by_its_public_name(logpdf):
+@pytest.mark.parametrize("method", [lambda x: scipy.stats.dirichlet.var(np.ones(3) + x)])
+def test_a_multivariate_distribution_is_named_by_its_public_name(method):
     with pytest.raises(mj.UnsupportedError) as info:
-        mj.trace(logpdf, np.array([0.2, 0.3, 0.5]))
+        mj.trace(method, np.array([0.2, 0.3, 0.5]))
     message = str(info.value)
-    assert message.startswith("scipy.stats.dirichlet.logpdf does not trace") and "mj.stats.logpdf" not in message
+    assert message.startswith("scipy.stats.dirichlet.var does not trace") and "mj.stats.logpdf" not in message
 
 
 # ---------------------------------------------------------------------------------------------

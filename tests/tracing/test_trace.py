@@ -83,6 +83,8 @@ NUMPY_CASES = {
                                    sp.erfinv(np.tanh(x)), sp.ndtr(x), sp.log_ndtr(x), sp.gammaln(x), sp.digamma(x),
                                    sp.psi(np.abs(x) + 1), sp.xlogy(x, np.abs(v)), sp.xlog1py(x, np.abs(v)),
                                    sp.entr(x), sp.softplus(x)),
+    "scipy-special-kernels": lambda x, v: _special_kernels(x.astype(np.float64), v.astype(np.float64)),
+    "svd": lambda x: (np.linalg.svd(x)[1], np.linalg.svdvals(x)),
     # morphjit/numpy_reduce.py
     "reductions": lambda x, t: (np.prod(x), np.prod(t, axis=(0, 2)), x.prod(axis=0), np.argmax(x), np.argmin(t, axis=1),
                                 x.argmax(axis=0), x.argmin(), np.any(x > 0), np.all(t > 0, axis=0), x.any(), x.all(),
@@ -156,6 +158,16 @@ NUMPY_CASES = {
     # A small model: multiple outputs in a pytree
     "mlp-tree": lambda x, w, b: {"h": np.tanh(x @ w + b), "loss": [np.mean(np.square(x @ w + b))]},
 }
+
+
+def _special_kernels(x, v):
+    """In float64: SciPy gives some of them float64 for float32 input, morphjit keeps float32."""
+    return (sp.gamma(x), sp.beta(np.abs(x) + 0.5, np.abs(v) + 0.5),
+                                sp.betaln(np.abs(x) + 0.5, 2.0), sp.betainc(2.0, 3.0, sp.expit(x)),
+                                sp.betaincc(2.0, 3.0, sp.expit(x)), sp.gammainc(2.0, np.abs(x)),
+                                sp.gammaincc(2.0, np.abs(x)), sp.stdtr(3.0, x), sp.i0(x), sp.i1(x),
+                                sp.iv(1.5, np.abs(x)), sp.j0(x), sp.j1(x), sp.y0(np.abs(x) + 0.1),
+                                sp.y1(np.abs(x) + 0.1), sp.kv(1.5, np.abs(x) + 0.1))
 
 
 def _linalg_case(a, r):

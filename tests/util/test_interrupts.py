@@ -98,11 +98,12 @@ TRACING = textwrap.dedent("""
     import importlib, json, os, random, signal, subprocess, sys, time
     import numpy as np
     import scipy.stats
-    trace, substitutes = (importlib.import_module(f"morphjit.tracing.{{m}}") for m in ("tracer", "substitutes"))
+    trace, function, substitutes = (importlib.import_module(f"morphjit.tracing.{{m}}")
+                                    for m in ("tracer", "function", "substitutes"))
 
     x = np.ones((4, 2))
     # The first trace loads the substitutes for scipy.stats
-    trace.trace_with_tree(lambda x: scipy.stats.norm.logpdf(x) + np.arange(x.shape[0])[:, None], (x,), {{0}})
+    function.trace_with_tree(lambda x: scipy.stats.norm.logpdf(x) + np.arange(x.shape[0])[:, None], (x,), {{0}})
     ORIGINALS = {{(owner, name): vars(owner)[name] for kind in (substitutes.ANY_TRACE, substitutes.SYMBOLIC_EXTENT)
                  for owner, name in kind.attributes()}}
     HANDLER = signal.getsignal(signal.SIGINT)
@@ -110,11 +111,11 @@ TRACING = textwrap.dedent("""
 
     def traced(x):
         missing.extend(k for k, original in ORIGINALS.items() if vars(k[0])[k[1]] is original)
-        trace.trace_with_tree(lambda y: y, (np.ones(2),))   # a trace within a trace
+        function.trace_with_tree(lambda y: y, (np.ones(2),))   # a trace within a trace
         return x
 
     def trace_once():
-        trace.trace_with_tree(traced, (x,), {{0}})
+        function.trace_with_tree(traced, (x,), {{0}})
 
     def left_behind() -> list:
         found = [f"{{owner.__name__}}.{{name}} replaced" for (owner, name), original in ORIGINALS.items()

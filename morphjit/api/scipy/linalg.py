@@ -143,10 +143,11 @@ def _band_mask(n: int) -> np.ndarray:
 
 
 def _traced(args, kwargs) -> bool:
-    """Whether an argument, or an element of a tuple argument (``cho_solve``'s), is traced."""
+    """Whether an argument, or an element of a tuple argument (``cho_solve``'s), is traced (a buffer
+    that is still NumPy's, a captured array, is not: SciPy computes with it)."""
     values = [*args, *kwargs.values()]
     values += [x for v in values if isinstance(v, (tuple, list)) for x in v]
-    return A.trace_of(values) is not None
+    return A.trace_of([v for v in values if not (isinstance(v, Tracer) and v.concrete() is not None)]) is not None
 
 
 def _substitute(original, twin):
