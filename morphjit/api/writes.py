@@ -34,9 +34,9 @@ def setitem(x: Tracer, key, value, frame=None) -> None:
     if _known_write(x, key, value):
         return
     if isinstance(value, Tracer) and value.storage is not None and value.storage is x.storage:
-        region = getitem(x, key)
-        if isinstance(region, Tracer) and region.steps == value.steps:
-            return                                    # x[key] op= v wrote through the view already
+        region = getitem(x, key)   # x[key] op= v wrote through the view already (a copy, x[idx], did not)
+        if isinstance(region, Tracer) and region.storage is x.storage and region.steps == value.steps:
+            return
     if x.storage is None:
         _assign(x, updated(x, key, value))
         return

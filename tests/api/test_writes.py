@@ -66,6 +66,20 @@ def test_a_slice_taken_before_an_in_place_add_sees_the_add():
     np.testing.assert_array_equal(grad, [0.0, 1.0, 1.0, 1.0])
 
 
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_an_array_written_into_itself_by_index_after_a_view_write_is_written(backend):
+    """``z[idx] = z`` once ``z`` has been written through a view: the value is ``z`` itself, not the
+    view of the write (which a copy, ``z[idx]``, is not); repeated indices keep the last row."""
+    def f(P, idx):
+        z = P * 1.0
+        z[:1] += 0.5
+        z[idx] = z
+        return np.sum((z * np.linspace(0.6, 1.5, 9).reshape(3, 3) - 0.25) ** 2)
+    P = np.random.default_rng(2).normal(size=(3, 3))
+    for idx in (np.array([0, 0, 0]), np.array([2, 0, 1])):
+        check(f, P, idx, backend=backend)
+
+
 def alias_then_add(x):
     y = x
     x += 1.0
