@@ -30,7 +30,8 @@ class SliceOutOfRange(OutOfRange, IndexError):
         what, _, extent, _, element = self.args
         return (f"{what} lacks its element {element} in NumPy's slice at this call's bounds (on an axis of "
                 f"{extent}): a slice with traced bounds keeps the length it was traced with, so its start and "
-                f"stop must lie inside the axis (both negative, or both non-negative)")
+                f"stop must lie inside the axis (both negative, or both non-negative); for minibatches, use a "
+                f"batch size that divides the data, or leave out the last, shorter batch")
 
 
 class RefusedParameter(OutOfRange):
