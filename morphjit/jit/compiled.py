@@ -13,7 +13,8 @@ import numpy as np
 
 from ..ir import Program
 from ..runtime import NativeStep, fast_call, fast_forward, interp
-from ..util import pytree, trimmed
+from ..tracing import StateWrites
+from ..util import TracingError, pytree, trimmed
 from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .checks import ArgSpec, arg_spec, argument_paths, label_error, out_arrays
@@ -63,6 +64,7 @@ class Step:
     plan: object = None              # the replay plan (numba backend)
     timings: feedback.Timings | None = None  # seconds per compilation stage, origin of the code
     out_tree: pytree.TreeDef | None = None   # of aux (a loss with has_aux), or of the outputs
+    state: StateWrites = StateWrites()       # what the function writes into its arguments (the last outputs)
 
     def __post_init__(self):
         self._builders = [pytree.builder(self.spec.arg_treedef(i)) for i in self.spec.argnums]
@@ -80,6 +82,24 @@ class Step:
         for target, value in zip(out, outputs[1:]):
             np.copyto(target, value)
         return outputs
+
+    def kept(self, args, outputs) -> list:
+        """``outputs`` without the state ones, which are written into ``args``' containers."""
+        if not self.state:
+            return outputs
+        end = len(outputs) - self.state.outputs
+        self.state.apply(args, outputs[end:])
+        return outputs[:end]
+
+
+def check_state(fn, state: StateWrites, spec: ArgSpec) -> None:
+    """Refuse a write into a differentiated argument's containers: its gradient is of the value
+    passed in, and an optimiser updates it."""
+    for write, label in zip(state.writes, state.labels):
+        if write.path[0] in spec.argnums:
+            raise TracingError(f"{getattr(fn, '__name__', 'the function')} writes into {label}, which is "
+                               f"differentiated; keep state that the function updates in an argument that is "
+                               f"not differentiated (a dict of running averages beside the parameters)")
 
 
 def run_reference(program: Program, paths, *leaves) -> list[np.ndarray]:
@@ -199,14 +219,18 @@ class Compiled:
         build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux)
         if self.backend == "interp":
             pipeline.run(self.front, build, timings)
+            check_state(self.fn, build.state, spec)
             run = functools.partial(run_reference, build.program, argument_paths(self.fn, spec.treedef))
-            return Step(spec, build.program, run, forward=build.forward, timings=timings, out_tree=build.out_tree)
+            return Step(spec, build.program, run, forward=build.forward, timings=timings, out_tree=build.out_tree,
+                        state=build.state)
         pipeline.run(self.native, build, timings)
+        check_state(self.fn, build.state, spec)
         native = NativeStep(build.plan, build.kernel, build.arguments)
         feedback.watch_first_call(native, timings, status)
-        fast = self._fast_path(spec, [leaf_signature(x) for x in leaves], native, batched, build.out_tree)
+        fast = None if build.state else self._fast_path(spec, [leaf_signature(x) for x in leaves], native,
+                                                        batched, build.out_tree)
         return Step(spec, build.program, native, build.source, fast, build.forward, build.plan, timings,
-                    build.out_tree)
+                    build.out_tree, build.state)
 
     def steps(self) -> list[Step]:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
@@ -305,6 +329,7 @@ class CompiledLoss(Compiled):
                 outputs = step.run(*leaves)
         except ValueError as error:
             raise label_error(step.program, paths, leaves) or error from None
+        outputs = step.kept(args, outputs)
         end = 1 + len(step.spec.wrt)
         value = outputs[0][()]
         if self.has_aux:
@@ -400,7 +425,7 @@ class CompiledFunction(Compiled):
             outputs = step.run(*leaves)
         except ValueError as error:
             raise label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error from None
-        return pytree.unflatten(step.out_tree, [np.asarray(o) for o in outputs])
+        return pytree.unflatten(step.out_tree, [np.asarray(o) for o in step.kept(args, outputs)])
 
     def _fast_path(self, spec, leaf_signatures, native, batched, out_tree):
         return fast_forward(spec.treedef, leaf_signatures, out_tree, native, batched)

@@ -36,6 +36,7 @@ class Build:
     cache: bool = True                   # load the module through the disk cache
     has_aux: bool = False                # the loss function returns (loss, aux)
     out_tree: object = None              # trace: the tree of aux, or of a forward function's outputs
+    state: object = None                 # trace: tracing.StateWrites, the last outputs' places
     forward: Program | None = None       # trace
     program: Program | None = None       # vjp, passes: the joint program (as a step shows it)
     lowered: Program | None = None       # lower, passes
@@ -92,16 +93,17 @@ def through(stages: tuple, name: str) -> tuple:
 
 
 def trace_stage(build: Build) -> None:
-    build.forward, build.out_tree = traced_loss(build.fn, build.args, build.batched, build.has_aux)
+    build.forward, build.out_tree, build.state = traced_loss(build.fn, build.args, build.batched, build.has_aux)
 
 
 def trace_outputs_stage(build: Build) -> None:
-    build.forward, build.out_tree = trace_outputs(build.fn, build.args, build.batched)
+    build.forward, build.out_tree, build.state = trace_outputs(build.fn, build.args, build.batched)
     build.program = as_gemms(build.forward)
 
 
 def vjp_stage(build: Build) -> None:
-    """The joint program: the loss, its gradients, then the aux values (computed on the way).
+    """The joint program: the loss, its gradients, then the aux values and the state (computed on
+    the way).
     Pairwise distances become GEMMs first, so that their gradients are GEMMs too."""
     forward = as_gemms(build.forward)
     joint = vjp(forward.replace(outputs=forward.outputs[:1]), build.spec.wrt)

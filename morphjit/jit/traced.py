@@ -11,7 +11,7 @@ import linecache
 import numpy as np
 
 from ..ir import Program, is_float
-from ..tracing import FrozenValueError, NotAnArray, Tracer, argument_names, trace_twice
+from ..tracing import FrozenValueError, NotAnArray, StateWrites, Tracer, argument_names, trace_twice
 from ..util import DtypeError, ShapeError, SourceLoc, TracingError, pytree
 from .checks import number_sequences
 
@@ -21,12 +21,13 @@ def trace_loss(fn, args, spec=None, batched=frozenset()) -> Program:
     return traced_loss(fn, args, batched)[0]
 
 
-def traced_loss(fn, args, batched=frozenset(), has_aux=False) -> tuple[Program, object]:
+def traced_loss(fn, args, batched=frozenset(), has_aux=False) -> tuple[Program, object, StateWrites]:
     """The forward program of ``fn``, checked to return one float scalar (with ``has_aux``: a
-    pair ``(loss, aux)``, aux's leaves the program's further outputs), and aux's tree. The
-    leading extent of the leaves in ``batched`` is the symbolic batch size."""
+    pair ``(loss, aux)``, aux's leaves the program's further outputs), aux's tree and the state
+    the function writes into its arguments (the outputs after aux's). The leading extent of the
+    leaves in ``batched`` is the symbolic batch size."""
     traced = aux_checked(fn) if has_aux else fn
-    program, out_tree = traced_program(traced, args, batched)
+    program, out_tree, state = traced_program(traced, args, batched)
     loss_tree, aux_tree = out_tree.children if has_aux else (out_tree, None)
     if loss_tree.num_leaves != 1:
         raise TracingError(f"{fn.__name__} must return one scalar loss, but returned {loss_tree} "
@@ -38,17 +39,18 @@ def traced_loss(fn, args, batched=frozenset(), has_aux=False) -> tuple[Program, 
                          f"reduce it, for example with .mean() or .sum()", loc)
     if not is_float(loss.dtype):
         raise DtypeError(f"{fn.__name__} must return a float loss, but returned {loss.type}", loc)
-    return program, aux_tree
+    return program, aux_tree, state
 
 
-def trace_outputs(fn, args, batched=frozenset()) -> tuple[Program, object]:
+def trace_outputs(fn, args, batched=frozenset()) -> tuple[Program, object, StateWrites]:
     """The program of a forward-only function, whose outputs are the leaves of what it returns
-    (a tree of arrays and numbers), and their tree."""
+    (a tree of arrays and numbers) and then the state it writes into its arguments, their tree
+    and that state."""
     checked = functools.wraps(fn)(lambda *a: check_leaves(fn, fn(*a), "output"))
-    program, out_tree = traced_program(checked, args, batched)
+    program, out_tree, state = traced_program(checked, args, batched)
     if not out_tree.num_leaves:
         raise TracingError(f"{fn.__name__} returned {out_tree}, which holds no arrays", function_location(fn))
-    return program, out_tree
+    return program, out_tree, state
 
 
 def traced_program(fn, args, batched):

@@ -45,6 +45,9 @@ class FastPath(Source):
         if treedef.kind is type(None):     # None is structure (``util.pytree``), not a leaf
             self.line(f"if {expr} is not None: return None")
             return
+        if treedef.kind is str:            # a string argument's value is structure too
+            self.line(f"if type({expr}) is not str or {expr} != {self.constant(treedef.keys[0])}: return None")
+            return
         node = f"{prefix}n{len(self.lines) - start}"
         kind = self.constant(treedef.kind)
         self.line(f"{node} = {expr}")

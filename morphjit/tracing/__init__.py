@@ -9,4 +9,5 @@ from .tracer import (LEAF_TRACERS as LEAF_TRACERS, SUPPORTED_DTYPES as SUPPORTED
                      Trace as Trace, Tracer as Tracer, argument_names as argument_names,
                      concrete_value_error as concrete_value_error)
 from .function import trace as trace
+from .state import StateWrites as StateWrites
 from .twice import FrozenValueError as FrozenValueError, trace_twice as trace_twice

@@ -1,10 +1,12 @@
 """Tracing a function: its arguments become tracers, it runs on them (once per path through its
-tests of traced values, `branches`), and the bindings it recorded become the forward program."""
+tests of traced values, `branches`), and the bindings it recorded become the forward program;
+what it wrote into its arguments' dicts and lists (`state`) becomes its last outputs."""
 from __future__ import annotations
 
 from ..ir import Program
-from ..util import pytree
+from ..util import TracingError, pytree, user_location
 from .branches import branched
+from .state import Built, StateWrites, check_no_escape
 from .tracer import Trace, argument_names, input_tracer, output_var, readable_path, recorded
 
 
@@ -14,13 +16,14 @@ def trace(fn, *args) -> Program:
     Every array leaf of the arguments is a program input; the program's outputs are the leaves
     of what ``fn`` returns.
     """
-    program, _ = trace_with_tree(fn, args)
+    program, _, _ = trace_with_tree(fn, args)
     return program
 
 
 def trace_with_tree(fn, args, batched=frozenset()):
-    """``trace`` that also returns the output tree structure. The leading extent of the leaves
-    whose indices are in ``batched`` is the symbolic batch size."""
+    """``trace`` that also returns the output tree structure and the `StateWrites` (the
+    program's outputs after the tree's leaves are the values they store). The leading extent of
+    the leaves whose indices are in ``batched`` is the symbolic batch size."""
     leaves, treedef = pytree.flatten(tuple(args), int_lists=True)
     paths = pytree.leaf_paths(treedef, "")
     names = argument_names(fn, len(args))
@@ -30,16 +33,29 @@ def trace_with_tree(fn, args, batched=frozenset()):
     inputs = tuple(x.operand for x in tracers)
     t.paths.update((id(x), readable_path(p, names)) for x, p in zip(inputs, paths))
 
+    writes = []   # of each path
+
     def call_on(arguments):
         for x in arguments:
             if hasattr(x, "rewind"):   # a random generator: each path draws from its start
                 x.rewind()
-        return pytree.flatten(fn(*pytree.unflatten(treedef, arguments)))
+        built = Built(treedef, arguments)
+        result = fn(*built.tree)
+        changed, stored = built.changes()
+        if writes and changed != writes[0]:
+            raise TracingError("the paths through the function's tests of traced values write different "
+                               "entries of its arguments' dicts and lists; write the same entries on every path",
+                               user_location())
+        writes.append(changed)
+        return pytree.flatten((result, tuple(stored)))
     try:
         out_leaves, out_tree = recorded(t, bool(batched), lambda: branched(t, call_on, tracers))
         outputs = tuple(output_var(t, x) for x in out_leaves)
+        check_no_escape(fn, t)
     finally:
         t.closed = True
     program = Program(inputs, tuple(t.bindings), outputs, tuple(t.consts),
                       getattr(fn, "__name__", "program"))
-    return program, out_tree
+    result_tree, stored_tree = out_tree.children
+    labels = tuple(readable_path(w.label(), names) for w in writes[0])
+    return program, result_tree, StateWrites(tuple(writes[0]), stored_tree.num_leaves, labels)

@@ -33,17 +33,18 @@ class FrozenValueError(TracingError):
 
 
 def trace_twice(fn, args, batched=frozenset()):
-    """``trace_with_tree(fn, args, batched)`` (a program and its output tree), checked by a second trace."""
+    """``trace_with_tree(fn, args, batched)`` (a program, its output tree and its state writes),
+    checked by a second trace."""
     before = global_generator_states()
-    program, out_tree = trace_with_tree(fn, args, batched)
+    program, out_tree, state = trace_with_tree(fn, args, batched)
     after = global_generator_states()
-    again, _ = trace_with_tree(fn, args, batched)
+    again, _, _ = trace_with_tree(fn, args, batched)
     # A function that seeds the global generator itself draws the same numbers on every call.
     moved = after != before and global_generator_states() != after
     found = first_difference(program, again)
     name = getattr(fn, "__name__", "the function")
     if found is None and not moved:
-        return program, out_tree
+        return program, out_tree, state
     # Where a global generator moved, the line that drew is more telling than where the value entered.
     loc = global_draw_location(lambda: trace_with_tree(fn, args, batched)) if moved else None
     if found is not None:

@@ -3,7 +3,8 @@
 Dict keys are visited in sorted order, as JAX does, so the flat order does not depend on how
 the user built the dict. ``None`` is a node without children, as in JAX: part of the structure
 (a call's signature), not a leaf, and given back as ``None``. With ``int_lists`` (the arguments of
-a call), a flat list of Python ints is one leaf: an integer array of its length.
+a call), a flat list of Python ints is one leaf, an integer array of its length, and a string
+(``bn_param['mode']``) a node without children whose value is part of the structure.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class TreeDef:
             return "*"
         if self.kind is NONE:
             return "None"
+        if self.kind is str:
+            return repr(self.keys[0])
         inner = ", ".join(f"{k!r}: {c}" if self.kind is dict else str(c) for k, c in self._labelled())
         return {dict: "{%s}", list: "[%s]"}.get(self.kind, "(%s)") % inner
 
@@ -55,6 +58,8 @@ def _children(tree, int_lists: bool = False) -> tuple[type, tuple, list] | None:
         return None
     if tree is None:
         return NONE, (), []
+    if int_lists and type(tree) is str:
+        return str, (tree,), []
     if isinstance(tree, dict):
         keys = tuple(sorted(tree))
         return dict, keys, [tree[k] for k in keys]
@@ -98,6 +103,8 @@ def builder(treedef: TreeDef) -> Callable[[Iterator], Any]:
     kind, keys = treedef.kind, treedef.keys
     if kind is NONE:
         return lambda it: None
+    if kind is str:
+        return lambda it: keys[0]
     if kind is dict:
         return lambda it: {k: b(it) for k, b in zip(keys, children)}
     if keys:  # namedtuple

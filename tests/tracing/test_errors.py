@@ -28,9 +28,9 @@ T3B = np.ones((5, 4, 2))
 LABELS = np.array([0, 2, 1], np.int64)
 
 
-def marked_line(fn) -> int:
+def marked_line(fn, marker: str = MARKER) -> int:
     lines, start = inspect.getsourcelines(fn)
-    hits = [start + i for i, line in enumerate(lines) if MARKER in line]
+    hits = [start + i for i, line in enumerate(lines) if marker in line]
     assert len(hits) == 1, f"{fn.__name__} must mark exactly one line"
     return hits[0]
 
@@ -295,7 +295,7 @@ def test_every_error_kind_is_a_morphjit_error():
 # Errors about the arguments point at the call of mj.trace
 
 @pytest.mark.parametrize("bad, error, words", [
-    ("hello", mj.TracingError, ["argument s", "str"]),
+    (b"hello", mj.TracingError, ["argument s", "bytes"]),
     ({"w": object()}, mj.TracingError, ["argument s['w']", "object"]),
     (np.ones(2, np.float16), mj.DtypeError, ["argument s", "float16"]),
     (np.ones(2, np.complex128), mj.DtypeError, ["argument s", "complex128"]),
@@ -336,7 +336,7 @@ LEAKED = []
 
 
 def leaks(x):
-    LEAKED.append(x * 2)
+    LEAKED.append(x * 2)  # <- leak
     return x
 
 
@@ -355,7 +355,9 @@ def uses_leaked_first(x):
 
 @pytest.mark.parametrize("fn", [uses_leaked, uses_leaked_alone, uses_leaked_first])
 def test_escaped_tracer(fn):
-    mj.trace(leaks, X)
+    with pytest.raises(mj.TracingError, match=r"leaves a traced value in the global LEAKED\[\d+\]") as info:
+        mj.trace(leaks, X)
+    assert_located(info.value, marked_line(leaks, "# <- leak"))
     with pytest.raises(mj.TracingError, match="escaped") as info:
         mj.trace(fn, X)
     assert_located(info.value, marked_line(fn))
