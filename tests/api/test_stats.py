@@ -196,6 +196,22 @@ def test_dirichlet_logpdf_values_and_gradients(backend):
                         [np.sum(grads[0] * step), grads[1]], rng=rng)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dirichlet_points_passed_as_data_compile_for_their_number_of_components(backend):
+    # x's leading extent would be the batch size; the components are checked at the concrete one
+    alpha, rng = np.array([1.5, 2.0, 3.0]), np.random.default_rng(3)
+    step = mj.compile_loss(lambda alpha, x: np.sum(ss.dirichlet.logpdf(x, alpha)), backend=backend)
+    for x in (np.array([0.2, 0.3, 0.5]), rng.dirichlet(np.ones(3), size=4).T, np.array([0.6, 0.1])):
+        value, grad = step(alpha, x)
+        np.testing.assert_allclose(np.sum(value), np.sum(ss.dirichlet.logpdf(x, alpha)), rtol=1e-12)
+        bumps = 1e-6 * np.eye(3)
+        fd = [(np.sum(ss.dirichlet.logpdf(x, alpha + d)) - np.sum(ss.dirichlet.logpdf(x, alpha - d))) / 2e-6
+              for d in bumps]
+        np.testing.assert_allclose(grad, fd, rtol=1e-6)
+    with pytest.raises(ValueError, match="one entry fewer"):
+        step(alpha, np.full(5, 0.2))
+
+
 def test_dirichlet_logpdf_is_nan_where_scipy_refuses_the_values():
     x = np.array([[0.2, 0.3, 0.0], [0.5, 0.1, 0.5], [0.3, 0.7, 0.5]])   # the second column sums to 1.1
     value, grad_alpha = mj.compile_loss(lambda alpha, x: np.sum(ss.dirichlet.logpdf(x, alpha)),

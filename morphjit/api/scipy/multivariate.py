@@ -11,6 +11,7 @@ import math
 import numpy as np
 import scipy.special as sp
 
+from ...ir import Specialize, Sym
 from ...util import UnsupportedError, user_location
 from .. import core as A
 from ..linalg import cholesky, solve_triangular
@@ -78,6 +79,8 @@ SIMPLEX_TOLERANCE = 10e-10   # SciPy's, on |sum(x) - 1|
 def _components(x, alpha):
     """``x`` with its components along the first axis, the last one ``1 - sum`` where it has one fewer."""
     k = A.shape_of(alpha)[0]
+    if isinstance(A.shape_of(x)[0], Sym):
+        raise Specialize("x's components along the batch axis are as many as alpha's at one batch size")
     if A.shape_of(x)[0] == k - 1:
         return np.concatenate([x, 1.0 - np.sum(x, axis=0, keepdims=True)], axis=0)
     if A.shape_of(x)[0] != k:
