@@ -218,8 +218,10 @@ def _trigamma_positive(x):
 
 
 def trigamma(x):
-    """The derivative of digamma (SciPy's ``polygamma(1, x)``), written in element-wise ops."""
-    sin = A.sin(_pi_x_reduced(x))
+    """The derivative of digamma (SciPy's ``polygamma(1, x)``), written in element-wise ops. The
+    reflection's sine is taken of x below 1/2 only: at a whole x above, sin(pi x) = 0 would give
+    the branch not taken an infinite derivative, and its gradient (an HVP of digamma) NaN."""
+    sin = A.sin(_pi_x_reduced(A.where(x < 0.5, x, 0.25)))
     return _reflected(x, _trigamma_positive, lambda x, v: (math.pi * math.pi) / (sin * sin) - v, 1.0 / (x * x))
 
 

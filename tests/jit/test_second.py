@@ -15,6 +15,7 @@ import zlib
 import autograd
 import autograd.numpy as anp
 import numpy as np
+import scipy.special
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -375,3 +376,10 @@ def test_hvp_of_a_loss_with_aux_is_the_hvp_of_its_loss():
                                has_aux=True, backend="interp")
     reference = autograd_hvp(lambda p: _ag_scaled_loss(p, x, y, 2), params, v)
     assert_close(mj.hvp(with_aux)(params, v, x, y), reference, 1e-10, "has_aux")
+
+
+def test_hvp_of_digamma_is_polygamma_2_at_whole_numbers_and_below_one_half():
+    # trigamma's reflection branch, not taken at a whole x >= 1/2, must not poison the gradient there
+    x = np.array([1.0, 2.0, 3.0, 7.0, 1.5, 0.25, -0.5, -1.5, -2.25])
+    hv = mj.hvp(lambda p: mj.sum(scipy.special.digamma(p)), backend="interp")(x, np.ones_like(x))
+    np.testing.assert_allclose(hv, scipy.special.polygamma(2, x), rtol=1e-9)
