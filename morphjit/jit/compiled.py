@@ -14,7 +14,7 @@ import numpy as np
 from ..ir import Program
 from ..runtime import NativeStep, fast_call, fast_forward, interp
 from ..tracing import StateWrites
-from ..util import TracingError, pytree, trimmed
+from ..util import pytree, trimmed
 from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .checks import ArgSpec, arg_spec, argument_paths, label_error, out_arrays
@@ -90,16 +90,6 @@ class Step:
         end = len(outputs) - self.state.outputs
         self.state.apply(args, outputs[end:])
         return outputs[:end]
-
-
-def check_state(fn, state: StateWrites, spec: ArgSpec) -> None:
-    """Refuse a write into a differentiated argument's containers: its gradient is of the value
-    passed in, and an optimiser updates it."""
-    for write, label in zip(state.writes, state.labels):
-        if write.path[0] in spec.argnums:
-            raise TracingError(f"{getattr(fn, '__name__', 'the function')} writes into {label}, which is "
-                               f"differentiated; keep state that the function updates in an argument that is "
-                               f"not differentiated (a dict of running averages beside the parameters)")
 
 
 def run_reference(program: Program, paths, *leaves) -> list[np.ndarray]:
@@ -219,12 +209,10 @@ class Compiled:
         build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux)
         if self.backend == "interp":
             pipeline.run(self.front, build, timings)
-            check_state(self.fn, build.state, spec)
             run = functools.partial(run_reference, build.program, argument_paths(self.fn, spec.treedef))
             return Step(spec, build.program, run, forward=build.forward, timings=timings, out_tree=build.out_tree,
                         state=build.state)
         pipeline.run(self.native, build, timings)
-        check_state(self.fn, build.state, spec)
         native = NativeStep(build.plan, build.kernel, build.arguments)
         feedback.watch_first_call(native, timings, status)
         fast = None if build.state else self._fast_path(spec, [leaf_signature(x) for x in leaves], native,

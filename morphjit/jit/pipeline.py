@@ -21,7 +21,7 @@ from ..runtime import load_kernel
 from ..transforms import as_gemms, lower, optimize, vjp
 from ..util import config
 from . import feedback
-from .traced import trace_outputs, traced_loss
+from .traced import check_state, trace_outputs, traced_loss
 
 
 @dataclass
@@ -35,6 +35,7 @@ class Build:
     hint: str = "step"                   # the generated module's name
     cache: bool = True                   # load the module through the disk cache
     has_aux: bool = False                # the loss function returns (loss, aux)
+    keeps_state: bool = True             # the caller writes the state outputs back (not a training step)
     out_tree: object = None              # trace: the tree of aux, or of a forward function's outputs
     state: object = None                 # trace: tracing.StateWrites, the last outputs' places
     forward: Program | None = None       # trace
@@ -94,10 +95,12 @@ def through(stages: tuple, name: str) -> tuple:
 
 def trace_stage(build: Build) -> None:
     build.forward, build.out_tree, build.state = traced_loss(build.fn, build.args, build.batched, build.has_aux)
+    check_state(build.fn, build.state, build.spec.argnums, build.keeps_state)
 
 
 def trace_outputs_stage(build: Build) -> None:
     build.forward, build.out_tree, build.state = trace_outputs(build.fn, build.args, build.batched)
+    check_state(build.fn, build.state, (), build.keeps_state)
     build.program = as_gemms(build.forward)
 
 

@@ -53,6 +53,22 @@ def trace_outputs(fn, args, batched=frozenset()) -> tuple[Program, object, State
     return program, out_tree, state
 
 
+def check_state(fn, state: StateWrites, differentiated, kept: bool = True) -> None:
+    """Refuse state a step cannot keep: any where it is not written back (``kept`` false, a
+    training step), and a write into the containers of a differentiated argument, whose gradient
+    is of the value passed in and which an optimiser updates."""
+    name = getattr(fn, "__name__", "the function")
+    if state and not kept:
+        raise TracingError(f"{name} writes into {state.labels[0]}; a training step does not keep state written "
+                           f"into its arguments: compile the loss with mj.compile_loss, which writes it back after "
+                           f"each call, and update the parameters with its gradients")
+    for write, label in zip(state.writes, state.labels):
+        if write.path[0] in differentiated:
+            raise TracingError(f"{name} writes into {label}, which is differentiated; keep state that the function "
+                               f"updates in an argument that is not differentiated (a dict of running averages "
+                               f"beside the parameters)")
+
+
 def traced_program(fn, args, batched):
     """``trace_twice``, its error extended when an argument holds Python lists of numbers."""
     try:

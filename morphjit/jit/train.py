@@ -259,13 +259,9 @@ class TrainStep:
         return paths, data_paths
 
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
-        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux)
+        build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux,
+                               keeps_state=False)
         pipeline.run(training_stages(self.optimizer, native=self.backend != "interp"), build)
-        if build.state:
-            raise TracingError(f"{self.__name__} writes into {build.state.first_label()}; a training step does "
-                               f"not keep state written into its arguments: compile the loss with "
-                               f"mj.compile_loss, which writes it back after each call, and update the "
-                               f"parameters with its gradients")
         n_params = len(spec.wrt)
         run = CompiledUpdate(build, n_params, len(self.optimizer.state_names) * n_params,
                              len(self.optimizer.scalar_names))

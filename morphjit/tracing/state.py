@@ -102,9 +102,6 @@ class StateWrites:
             return pytree.unflatten(ref.treedef, [self._value(v, args, outputs) for v in ref.leaves])
         return [self._value(v, args, outputs) for v in ref]   # a whole list
 
-    def first_label(self) -> str:
-        return self.labels[0] if self.labels else ""
-
 
 def at(tree, path: tuple):
     for key in path:
@@ -153,12 +150,10 @@ class Built:
                 writes += [Write(path, k, self._ref(v, computed)) for k, v in node.items()
                            if k not in before or v is not before[k]]
                 writes += [Write(path, k, None) for k in before if k not in node]
-            elif len(node) != len(before) or any(v is not before[k] for k, v in enumerate(node)):
-                if len(node) == len(before):
-                    writes += [Write(path, k, self._ref(v, computed)) for k, v in enumerate(node)
-                               if v is not before[k]]
-                else:
-                    writes.append(Write(path, None, tuple(self._ref(v, computed) for v in node)))
+            elif len(node) == len(before):
+                writes += [Write(path, k, self._ref(v, computed)) for k, v in enumerate(node) if v is not before[k]]
+            else:
+                writes.append(Write(path, None, tuple(self._ref(v, computed) for v in node)))
         return writes, computed
 
     def _ref(self, value, computed: list):
@@ -188,8 +183,7 @@ def check_no_escape(fn, t) -> None:
     calls: in a global the function names, its closure or the object it is a method of."""
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
-    places = [("self", fn.__self__)] \
-        if hasattr(fn, "__self__") else []
+    places = [("self", fn.__self__)] if hasattr(fn, "__self__") else []
     if code is not None:
         cells = zip(code.co_freevars, fn.__closure__ or ())
         places += [(f"the closure variable {name}", cell.cell_contents) for name, cell in cells
