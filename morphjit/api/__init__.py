@@ -41,6 +41,7 @@ from .scipy.special import (digamma as digamma, entr as entr, erf as erf, erfc a
                             beta as beta, betainc as betainc, betaln as betaln, gamma as gamma, gammainc as gammainc,
                             gammaincc as gammaincc, i0 as i0, i1 as i1, iv as iv, j0 as j0, j1 as j1, kv as kv,
                             polygamma as polygamma, y0 as y0, y1 as y1, betaincc as betaincc, stdtr as stdtr)
+from .slices import Shortening as Shortening, shorter_slices as shorter_slices
 from .shapes import (array_split as array_split, atleast_1d as atleast_1d, atleast_2d as atleast_2d,
                      atleast_3d as atleast_3d, broadcast_arrays as broadcast_arrays, column_stack as column_stack,
                      diff as diff, dstack as dstack, flip as flip, fliplr as fliplr, flipud as flipud,

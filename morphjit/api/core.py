@@ -592,12 +592,12 @@ def update_slice(x, v, starts, stops, steps):
                   steps=tuple(steps))
 
 
-def gather(x, index, axis: int = 0, names=None, slice_length=0):
+def gather(x, index, axis: int = 0, names=None, slice_length=0, slice_nth=0):
     """``x`` read at the integer index arrays ``index`` along the axes from ``axis`` on (the
     arrays broadcast together): NumPy's ``x[(slice(None),) * axis + tuple(index)]``."""
     index = [_as_array(i) for i in index]
     return _apply("gather", [_as_array(x)] + index, axis=int(axis), names=names or _argument_names(index),
-                  **_slice_length(slice_length))
+                  **_slice_length(slice_length, slice_nth))
 
 
 def scatter(x, v, index, axis: int = 0, names=None):
@@ -627,17 +627,19 @@ def _copy(a, order="K"):
 copy = _copy   # (``reshape`` and ``ravel`` take a ``copy`` argument of NumPy's)
 
 
-def scatter_add(g, index, shape, axis: int = 0, names=None, slice_length=0):
+def scatter_add(g, index, shape, axis: int = 0, names=None, slice_length=0, slice_nth=0):
     """Zeros of ``shape`` with ``g`` added at the positions ``gather(., index, axis)`` reads;
     repeated positions accumulate."""
     index = [_as_array(i) for i in index]
     return _apply("scatter_add", [_as_array(g)] + index, shape=tuple(shape), axis=int(axis),
-                  names=names or _argument_names(index), **_slice_length(slice_length))
+                  names=names or _argument_names(index), **_slice_length(slice_length, slice_nth))
 
 
-def _slice_length(length: int) -> dict:
-    """The ``slice_length`` parameter of a gather reading a slice with traced bounds (none for others)."""
-    return {"slice_length": length} if length else {}
+def _slice_length(length: int, nth: int) -> dict:
+    """The ``slice_length`` parameter of a gather reading a slice with traced bounds (none for
+    others), and ``slice_nth`` where other such slices of that length were traced on its line first
+    (`api.slices`)."""
+    return {"slice_length": length, **({"slice_nth": nth} if nth else {})} if length else {}
 
 
 def _argument_names(index) -> tuple[str, ...]:

@@ -2,7 +2,7 @@
 
 Basic indexing (integers, slices, ``None``, ``...``) is a slice and a reshape, both views; integer
 arrays are one gather (``core.gather``, the op records in ``morphjit.ops.gathers``); slices with traced
-bounds are gathers at ``start + arange(extent)``. ``x[mask]`` is a ``Masked`` value that can only be
+bounds are gathers at ``start + arange(extent)`` (``slices``). ``x[mask]`` is a ``Masked`` value that can only be
 reduced. ``np.arange(n)`` of a batch-dependent ``n`` is an iota (the batch stays symbolic).
 ``getitem`` is the tracer's ``x[key]`` and `arange` replaces ``np.arange`` while a trace with a
 symbolic batch size runs (``morphjit.api.methods`` installs both).
@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import OPS, Lit, Specialize, Sym, dtype_name, is_float
+from ..ir import OPS, Specialize, Sym, dtype_name, is_float
 from ..tracing import Tracer, tracer as trace
 from ..util import DtypeError, IndexingError, ShapeError, UnsupportedError, user_location
 from . import core as A
+from .slices import is_dynamic_slice, slice_positions
 
 
 def getitem(a, key):
@@ -100,10 +101,6 @@ def _placed(x, key, v):
     return cotangents.get(id(x.operand), A.zeros_like(x))
 
 
-def is_dynamic_slice(k) -> bool:
-    return isinstance(k, slice) and (isinstance(k.start, Tracer) or isinstance(k.stop, Tracer))
-
-
 def _dynamic_slices(a, key):
     """Slices with traced bounds, each a gather along its axis at ``start + step * arange(n)``,
     ``n`` the length of ``range(0, stop - start, step)`` (the extent ``stop - start`` must not
@@ -114,84 +111,12 @@ def _dynamic_slices(a, key):
     axis, rest = 0, []
     for k in key:
         if is_dynamic_slice(k):
-            index, count = slice_positions(k, a.shape[axis])
-            a = A.gather(a, (index,), axis, slice_length=count)
+            index, count, nth = slice_positions(k, a.shape[axis])
+            a = A.gather(a, (index,), axis, slice_length=count, slice_nth=nth)
             k = slice(None)
         rest.append(k)
         axis += k is not None
     return a, tuple(rest)
-
-
-def slice_positions(k: slice, size):
-    """The positions a slice with traced bounds reads along an axis of ``size``, and their count."""
-    step = 1 if k.step is None else k.step
-    extent = _fixed_extent(k)
-    # NumPy's slice of a negative extent is empty or not depending on the signs of the bounds.
-    if isinstance(step, Tracer) or extent is None or extent < 0 or step <= 0:
-        raise UnsupportedError(
-            "a slice with traced bounds needs an extent known when tracing (a positive integer "
-            "step, stop - start at least 0 and not depending on traced values, as in "
-            "x[i * n:(i + 1) * n])", user_location())
-    if isinstance(size, Sym):
-        raise Specialize("a slice with traced bounds along the batch axis reads positions of the concrete batch")
-    count = len(range(0, extent, step))
-    positions = _slice_bound(k.start, size) + np.arange(0, count * step, step)
-    return A.where(positions < _slice_bound(k.stop, size), positions, size), count
-
-
-def _slice_bound(bound, size: int):
-    """A traced start or stop of a slice with a positive step as NumPy reads it: from the end if
-    negative, then clipped to ``[0, size]``."""
-    return A.clip(A.where(bound < 0, bound + size, bound), 0, size)
-
-
-def _fixed_extent(k) -> int | None:
-    """``stop - start`` of a slice with traced bounds, when it is the same for all traced values."""
-    trace = A.trace_of([k.start, k.stop])
-    difference = _polynomial(trace, k.stop, -1) if k.stop is not None else None
-    if difference is None or k.start is None:
-        return None
-    start = _polynomial(trace, k.start, 1)
-    if start is None:
-        return None
-    for term, c in start.items():
-        difference[term] = difference.get(term, 0) + c
-    difference = {t: c for t, c in difference.items() if c}
-    return -difference.get((), 0) if set(difference) <= {()} else None
-
-
-def _polynomial(trace, x, sign: int) -> dict | None:
-    """``sign * x`` as a polynomial over the traced values it is computed from by +, -, * and
-    integer literals (monomials are sorted tuples of value ids), or None where a float literal enters."""
-    if not isinstance(x, Tracer):
-        return {(): sign * int(x)}
-    producers = {id(b.out): b for b in trace.bindings}
-
-    def poly(v) -> dict | None:
-        if isinstance(v, Lit):
-            return {(): v.value} if v.dtype.kind in "iu" else None
-        b = producers.get(id(v))
-        if b is None or b.op not in ("add", "sub", "mul", "neg"):
-            return {(id(v),): 1}   # an input, or a value computed otherwise (i % n): a variable
-        args = [poly(u) for u in b.inputs]
-        if None in args:
-            return None
-        if b.op == "neg":
-            return {t: -c for t, c in args[0].items()}
-        if b.op == "mul":
-            product: dict = {}
-            for t1, c1 in args[0].items():
-                for t2, c2 in args[1].items():
-                    t = tuple(sorted(t1 + t2))
-                    product[t] = product.get(t, 0) + c1 * c2
-            return product
-        total = dict(args[0])
-        for t, c in args[1].items():
-            total[t] = total.get(t, 0) + (c if b.op == "add" else -c)
-        return total
-
-    found = poly(x.operand)
-    return None if found is None else {t: sign * c for t, c in found.items()}
 
 
 def basic_getitem(a, key):

@@ -18,8 +18,9 @@ from ..tracing import Tracer, storage
 from ..util import ShapeError, UnsupportedError, user_location
 from . import core as A
 from .conversions import updates_through_at
-from .indexing import (Masked, at, basic_box, basic_getitem, expand_ellipsis, getitem, index_array, is_dynamic_slice,
-                       is_index_array, is_mask, same_value, slice_positions)
+from .indexing import (Masked, at, basic_box, basic_getitem, expand_ellipsis, getitem, index_array, is_index_array,
+                       is_mask, same_value)
+from .slices import is_dynamic_slice, slice_positions
 
 
 def setitem(x: Tracer, key, value, frame=None) -> None:
@@ -151,7 +152,7 @@ def _dynamicslice_positions(x, key):
         raise UnsupportedError("a write through a slice with traced bounds combined with other such slices or "
                                "with index arrays is not supported: write one slice at a time", user_location())
     axis = next(j for j, k in enumerate(key) if is_dynamic_slice(k))
-    index, _ = slice_positions(key[axis], x.shape[axis - sum(k is None for k in key[:axis])])
+    index, *_ = slice_positions(key[axis], x.shape[axis - sum(k is None for k in key[:axis])])
     return key[:axis] + (index,) + key[axis + 1:]
 
 

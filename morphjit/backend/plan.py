@@ -8,14 +8,15 @@ form are the loop IR (``ir.loops``, ``ir.looptext``).
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..ir import (COMPOSITE, OPS, VIEW, Alias, IndexMap, Instruction, Load, Namer, Program, RangeCheck, Sym, Var,
                   describe_instructions, empty_reduction_error, evaluate, loop)
+from ..native import SliceOutOfRange
 from ..ops import in_range, index_operands, picked_extents
+from ..util import SourceLoc
 from .memory import Slot, assign_slots
 from .selection import Selector
 
@@ -66,10 +67,11 @@ def make_plan(program: Program, copied: frozenset[int] = frozenset()) -> Plan:
     composite = sorted({b.op for b in program.bindings if OPS[b.op].kind == COMPOSITE})
     if composite:
         raise ValueError(f"make_plan needs a lowered program; {', '.join(composite)} must be lowered first")
+    checks = range_checks(program)
     selector = Selector(program)
-    instructions = selector.instructions()
+    instructions = selector.instructions(read_later={id(c.values) for c in checks})
     outputs, copies = private_outputs(program, selector.fusion.aliases | copied)
-    plan = Plan(program, program.inputs, program.consts, outputs, with_range_checks(program, instructions) + copies)
+    plan = Plan(program, program.inputs, program.consts, outputs, with_range_checks(checks, instructions) + copies)
     assign_slots(plan)
     return plan
 
@@ -105,7 +107,8 @@ def index_check(b, index, name: str, extent) -> RangeCheck:
     traced bounds (``slice_length``) refuses the positions NumPy's slice lacks (one past the axis)."""
     length = b.kwargs.get("slice_length")
     if length:
-        return RangeCheck(index, extent, f"the slice with traced bounds{where(b)}, of {length} elements,", "slice")
+        what = SliceOutOfRange.what(SourceLoc.at(b.loc), length, b.kwargs.get("slice_nth", 0))
+        return RangeCheck(index, extent, what, "slice")
     what = f"{f'index argument {name}' if name else 'computed indices'}{where(b)}"
     return RangeCheck(index, extent, what, "IndexError", negative=True)
 
@@ -127,14 +130,13 @@ def check_not_empty(reductions: list[tuple], batch: int) -> None:
 
 
 def where(b) -> str:
-    return f" (at {os.path.basename(b.loc.filename)}:{b.loc.lineno})" if b.loc else ""
+    return SourceLoc.at(b.loc)
 
 
-def with_range_checks(program: Program, instructions: list) -> list:
+def with_range_checks(pending: list[RangeCheck], instructions: list) -> list:
     """The instructions with each range check as early as possible: before all of them for an
     input, right after the last instruction writing a computed value (a concatenation is written
     by one instruction per part)."""
-    pending = range_checks(program)
     written = {id(c): k for k, ins in enumerate(instructions) for c in pending if c.values in ins.outs}
     result = [c for c in pending if id(c) not in written]
     for k, ins in enumerate(instructions):

@@ -54,13 +54,14 @@ class Selector:
                      for x in b.inputs)
         return Apply(b.op, args, b.params, b.out.dtype)
 
-    def instructions(self) -> list:
-        """The selected instructions in program order, rewritten by ``REWRITES``."""
+    def instructions(self, read_later: set[int] = frozenset()) -> list:
+        """The selected instructions in program order, rewritten by ``REWRITES``; the values whose
+        ids are ``read_later`` (by range checks placed afterwards) stay buffers, as outputs do."""
         result = []
         for b in self.fusion.program.bindings:
             if self.fusion.is_root(b.out):
                 result += self.select(b)
-        return rewrite(result, self.fusion.outputs, self.fusion.program.name)
+        return rewrite(result, self.fusion.outputs | read_later, self.fusion.program.name)
 
     def select(self, b) -> list:
         op, out = OPS[b.op], b.out

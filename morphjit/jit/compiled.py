@@ -19,6 +19,7 @@ from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .checks import ArgSpec, arg_spec, argument_paths, label_error, out_arrays
 from .captured import Captured
+from .shorter import Shortening, ShorterSlices
 from .static_args import StaticArguments
 
 BACKENDS = ("numba", "interp")
@@ -100,9 +101,10 @@ def run_reference(program: Program, paths, *leaves) -> list[np.ndarray]:
     return interp.run(program, *leaves)
 
 
-class Compiled:
+class Compiled(ShorterSlices):
     """What a compiled loss and a compiled forward function share: the compiled steps by call
-    signature (`CallSite`), static arguments (a step of their own per value), the reports."""
+    signature (`CallSite`), static arguments (a step of their own per value), variants for
+    slices a call finds shorter (`ShorterSlices`), the reports."""
 
     has_aux = False
     argnums: int | tuple = ()
@@ -120,6 +122,8 @@ class Compiled:
         self._site = CallSite(static_shapes)
         self._static = StaticArguments.of(fn, static_argnums, static_argnames)
         self._bound: dict = {}   # static values -> the same compiled kind of fn with them bound
+        self._variants: dict = {}   # shorter slices -> the same compiled kind of fn traced with them
+        self._shortening = Shortening()
 
     @property
     def static_argnums(self) -> tuple[int, ...]:
@@ -207,12 +211,15 @@ class Compiled:
 
     def _compile(self, args, leaves, spec, batched, timings=feedback.NO_TIMINGS, status=None) -> Step:
         build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux)
+        self._note_draws(args)
         if self.backend == "interp":
-            pipeline.run(self.front, build, timings)
+            with self._tracing_shorter():
+                pipeline.run(self.front, build, timings)
             run = functools.partial(run_reference, build.program, argument_paths(self.fn, spec.treedef))
             return Step(spec, build.program, run, forward=build.forward, timings=timings, out_tree=build.out_tree,
                         state=build.state)
-        pipeline.run(self.native, build, timings)
+        with self._tracing_shorter():
+            pipeline.run(self.native, build, timings)
         native = NativeStep(build.plan, build.kernel, build.arguments)
         feedback.watch_first_call(native, timings, status)
         fast = None if build.state else self._fast_path(spec, [leaf_signature(x) for x in leaves], native,
@@ -222,11 +229,13 @@ class Compiled:
 
     def steps(self) -> list[Step]:
         """The compiled steps, each once (a polymorphic step serves several leaf signatures)."""
-        return self._site.steps() + [s for bound in list(self._bound.values()) for s in bound.steps()]
+        return (self._site.steps() + [s for bound in list(self._bound.values()) for s in bound.steps()]
+                + self._variant_steps())
 
     def cache_info(self) -> CallStats:
         own = self._site.stats(lambda s: s.run.kernel if isinstance(s.run, NativeStep) else None)
-        return CallStats.total([own] + [bound.cache_info() for bound in list(self._bound.values())])
+        others = list(self._bound.values()) + list(self._variants.values())
+        return CallStats.total([own] + [other.cache_info() for other in others])
 
     def step_for(self, *args, **kwargs) -> tuple[Step, list]:
         """The step that runs for ``args`` (compiled now if it was not yet; not counted as a call)
@@ -297,6 +306,10 @@ class CompiledLoss(Compiled):
         parameters."""
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
         args, kwargs = self._passed(args, kwargs)
+        return self._serving_shorter(CompiledLoss._called, args, kwargs, out)
+
+    def _called(self, args, kwargs, out):
+        __tracebackhide__ = True  # noqa: F841
         if self._static is not None:
             compiled, args = self._with_static(args, kwargs)
             return compiled(*args, out=out)
@@ -397,6 +410,10 @@ class CompiledFunction(Compiled):
         to the function's positional parameters."""
         __tracebackhide__ = True  # noqa: F841
         args, kwargs = self._passed(args, kwargs)
+        return self._serving_shorter(CompiledFunction._called, args, kwargs)
+
+    def _called(self, args, kwargs):
+        __tracebackhide__ = True  # noqa: F841
         if self._static is not None:
             compiled, args = self._with_static(args, kwargs)
             return compiled(*args)

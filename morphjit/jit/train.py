@@ -26,6 +26,7 @@ from .captured import Captured
 from .checks import arg_spec, argument_paths, check_plain, label_error
 from .compiled import BACKENDS, CompiledLoss, name_hint
 from .optim import Optimizer
+from .shorter import Shortening, ShorterSlices
 from .static_args import StaticArguments
 
 STEP = "step"   # the state entry counting the updates done
@@ -93,7 +94,7 @@ def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
     write_in_place(build.plan, zip(updated, build.plan.outputs[1:]))
 
 
-class TrainStep:
+class TrainStep(ShorterSlices):
     """``loss = step(params, state, *data)``: one optimiser step, updating params and state in place
     (``(loss, aux)`` for a loss function with ``has_aux``)."""
 
@@ -121,6 +122,8 @@ class TrainStep:
         if self._static is not None:
             self._static.check_traced(0, "updated in place (it holds the parameters)")
         self._bound: dict = {}   # static values -> the training step of fn with them bound
+        self._variants: dict = {}   # shorter slices -> the training step of fn traced with them
+        self._shortening = Shortening()
         # The arrays of the last call's check (kept alive), their sorted (start, end, path) byte
         # ranges and the ids of the owners of their memory: one tuple, replaced at once, so that a
         # call in another thread never sees the ranges of one call's arrays with another's.
@@ -141,6 +144,10 @@ class TrainStep:
         (with ``has_aux``, the loss and the aux values before it)."""
         if self._captured is not None and self._captured.takes_generators:
             data = data + (self._captured.current(),)
+        return self._serving_shorter(TrainStep._called, (params, state) + tuple(data), lr)
+
+    def _called(self, args, lr):
+        params, state, data = args[0], args[1], args[2:]
         if self._static is not None:
             key, (params, *data) = self._static.split((params,) + data)
             return self._with_static(key)(params, state, *data, lr=lr)
@@ -196,11 +203,13 @@ class TrainStep:
         """As ``CompiledLoss.cache_info``: calls served without compiling, compiles, and the
         input types of each compiled step."""
         own = self._site.stats(lambda run: run.native and run.native.kernel)
-        return CallStats.total([own] + [bound.cache_info() for bound in list(self._bound.values())])
+        others = list(self._bound.values()) + list(self._variants.values())
+        return CallStats.total([own] + [other.cache_info() for other in others])
 
     def steps(self) -> list["CompiledUpdate"]:
         """The compiled updates, each once (a polymorphic one serves several leaf signatures)."""
-        return self._site.steps() + [s for bound in list(self._bound.values()) for s in bound.steps()]
+        return (self._site.steps() + [s for bound in list(self._bound.values()) for s in bound.steps()]
+                + self._variant_steps())
 
     def _check_state(self, state) -> int:
         expected = {STEP, *self.optimizer.state_names}
@@ -261,7 +270,9 @@ class TrainStep:
     def _compile(self, args, spec, batched) -> "CompiledUpdate":
         build = pipeline.Build(self.fn, args, spec, batched, name_hint(self.fn), self.cache, self.has_aux,
                                keeps_state=False)
-        pipeline.run(training_stages(self.optimizer, native=self.backend != "interp"), build)
+        self._note_draws(args)
+        with self._tracing_shorter():
+            pipeline.run(training_stages(self.optimizer, native=self.backend != "interp"), build)
         n_params = len(spec.wrt)
         run = CompiledUpdate(build, n_params, len(self.optimizer.state_names) * n_params,
                              len(self.optimizer.scalar_names))

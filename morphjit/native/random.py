@@ -54,14 +54,24 @@ def replaying_generators(tree):
     copy, put back at every call into the generator's present state: each step given it draws
     the seed the generator would give next, and the generator stays as it was."""
     copied = with_copied_generators(tree)
-    copies = [x for x in pytree.flatten(copied)[0] if isinstance(x, GENERATORS)]
-    states = [_state(g) for g in copies]
+    rewind = rewinding(copied)
 
     def replayed():
-        for generator, state in zip(copies, states):
-            _set_state(generator, state)
+        rewind()
         return copied
     return replayed
+
+
+def rewinding(tree):
+    """A function putting each random generator among the leaves of ``tree`` back into its
+    present state (undoing the seeds a call took from them)."""
+    generators = [x for x in pytree.flatten(tree)[0] if isinstance(x, GENERATORS)]
+    states = [_state(g) for g in generators]
+
+    def rewind():
+        for generator, state in zip(generators, states):
+            _set_state(generator, state)
+    return rewind
 
 
 def _state(generator):

@@ -24,14 +24,30 @@ class IndexOutOfRange(OutOfRange, IndexError):
 
 class SliceOutOfRange(OutOfRange, IndexError):
     """A slice with traced bounds that NumPy's slice at the bounds of this call does not fill: an
-    element of it has no position (its index is the axis length)."""
+    element of it has no position (its index is the axis length). ``length`` is the length of
+    NumPy's slice, the first element it lacks (its positions are a run from the start)."""
+
+    @staticmethod
+    def what(location: str, length: int, nth: int = 0) -> str:
+        """What the range check of a slice traced at ``location`` (`SourceLoc.at`) names: the
+        ``nth`` (from 0) of those of ``length`` traced there, each with bounds of its own."""
+        there = f", the {ordinal(nth + 1)} there" if nth else ""
+        return f"the slice with traced bounds{location}{there}, of {length} elements,"
+
+    @property
+    def length(self) -> int:
+        return self.args[4]
 
     def __str__(self) -> str:
         what, _, extent, _, element = self.args
         return (f"{what} lacks its element {element} in NumPy's slice at this call's bounds (on an axis of "
-                f"{extent}): a slice with traced bounds keeps the length it was traced with, so its start and "
-                f"stop must lie inside the axis (both negative, or both non-negative); for minibatches, use a "
-                f"batch size that divides the data, or leave out the last, shorter batch")
+                f"{extent}): a slice with traced bounds keeps the length it was traced with, but where NumPy's "
+                f"slice is shorter (a last minibatch at the end of the axis) a step compiled for that length runs; "
+                f"not for an empty slice")
+
+
+def ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 class RefusedParameter(OutOfRange):

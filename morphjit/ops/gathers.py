@@ -10,7 +10,8 @@ so repeated indices accumulate. Each is the other's VJP. ``scatter(x, v, *index,
 where a position that repeats keeps the element of ``v`` last in C order, as NumPy's does. ``names`` holds the argument path of
 each index array that is an argument ("" for others), for the range check's message; a
 ``slice_length`` marks the read of a slice with traced bounds of that length, whose index is the
-axis length where NumPy's slice has no element (``api.indexing``), refused by its range check.
+axis length where NumPy's slice has no element (``api.slices``), refused by its range check;
+``slice_nth`` tells apart slices of one length traced on one line (the check names it).
 ``iota(shape, axis, dtype)`` is the index along ``axis`` at every element (``np.arange(n)`` whose
 ``n`` may be the batch size).
 
@@ -47,13 +48,13 @@ def gathered_shape(x_shape, b_shape, axis: int, count: int) -> tuple:
     return tuple(x_shape[:axis]) + tuple(b_shape) + tuple(x_shape[axis + count:])
 
 
-def _gather_rule(types, axis, names=(), slice_length=0):
+def _gather_rule(types, axis, names=(), slice_length=0, slice_nth=0):
     x, *index = types
     _picked_axes("gather", x.shape, len(index), axis)
     return TensorType(gathered_shape(x.shape, index_shape("gather", index), axis, len(index)), x.dtype)
 
 
-def _scatter_add_rule(types, shape, axis, names=(), slice_length=0):
+def _scatter_add_rule(types, shape, axis, names=(), slice_length=0, slice_nth=0):
     g, *index = types
     _picked_axes("scatter_add", shape, len(index), axis)
     expected = gathered_shape(shape, index_shape("scatter_add", index), axis, len(index))
@@ -75,7 +76,7 @@ def _numpy_key(index, axis: int) -> tuple:
     return (slice(None),) * axis + tuple(np.asarray(i, np.intp) for i in index)
 
 
-def _gather_impl(x, *index, axis, names=(), slice_length=0):
+def _gather_impl(x, *index, axis, names=(), slice_length=0, slice_nth=0):
     return x[_numpy_key(index, axis)]
 
 
@@ -85,7 +86,7 @@ def _scatter_impl(x, v, *index, axis, names=()):
     return out
 
 
-def _scatter_add_impl(g, *index, shape, axis, names=(), slice_length=0):
+def _scatter_add_impl(g, *index, shape, axis, names=(), slice_length=0, slice_nth=0):
     out = np.zeros(shape, g.dtype)
     key = _numpy_key(index, axis)
     np.add.at(out, key, g)
@@ -193,12 +194,12 @@ def _iota_body(expr, b, imap: IndexMap) -> Position:
     return Position(IndexMap(imap.offsets[axis:axis + 1], imap.coeffs[axis:axis + 1]), b.out.dtype)
 
 
-def _gather_vjp(g, ans, x, *index, axis, names=(), slice_length=0):
-    return (A.scatter_add(g, index, x.shape, axis, names, slice_length),) + (None,) * len(index)
+def _gather_vjp(g, ans, x, *index, axis, names=(), slice_length=0, slice_nth=0):
+    return (A.scatter_add(g, index, x.shape, axis, names, slice_length, slice_nth),) + (None,) * len(index)
 
 
-def _scatter_add_vjp(g, ans, updates, *index, shape, axis, names=(), slice_length=0):
-    return (A.gather(g, index, axis, names, slice_length),) + (None,) * len(index)
+def _scatter_add_vjp(g, ans, updates, *index, shape, axis, names=(), slice_length=0, slice_nth=0):
+    return (A.gather(g, index, axis, names, slice_length, slice_nth),) + (None,) * len(index)
 
 
 def _scatter_vjp(g, ans, x, v, *index, axis, names=()):

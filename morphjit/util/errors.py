@@ -30,6 +30,11 @@ class SourceLoc:
         text = f"{self.filename}:{self.lineno} in {self.function}"
         return f"{text}: {self.code}" if self.code else text
 
+    @staticmethod
+    def at(loc: "SourceLoc | None") -> str:
+        """`` (at file.py:12)``, as messages of compiled steps place a line; '' for no location."""
+        return f" (at {os.path.basename(loc.filename)}:{loc.lineno})" if loc else ""
+
 
 class MorphjitError(Exception):
     """Base of morphjit's errors; ``loc`` is where in the user's code the problem arose."""

@@ -159,9 +159,10 @@ def test_a_traced_scalar_index_out_of_range_raises(backend):
     compiled = mj.compile_loss(lambda E, i: mj.sum(E[i:i + 2] ** 2), backend=backend)
     E = np.ones((5, 2))
     assert compiled(E, 3)[0] == 4.0
+    assert compiled(E, 4)[0] == 2.0   # NumPy's E[4:6] is one row
     with pytest.raises(IndexError, match=r"slice with traced bounds \(at test_indexing.py:\d+\), of 2 elements, "
-                                         r"lacks its element 1 .* axis of 5"):
-        compiled(E, 4)
+                                         r"lacks its element 0 .* axis of 5"):
+        compiled(E, 5)
 
 
 TRACED_SLICES = {   # (key of the traced start t, of a (6, 3) array) -> the same slice of NumPy
@@ -178,24 +179,28 @@ TRACED_SLICES = {   # (key of the traced start t, of a (6, 3) array) -> the same
 @pytest.mark.parametrize("name", sorted(TRACED_SLICES))
 def test_slices_with_traced_bounds_follow_numpy_or_raise(name, backend):
     """Over every start from before the axis to past its end (bounds of both signs, mixed ones
-    included): NumPy's values and gradients where NumPy's slice has the traced length, else an
-    IndexError naming the slice, never other rows."""
+    included): NumPy's values and gradients where NumPy's slice has the traced length or a
+    shorter one (a step of its own per shorter length), else (empty) an IndexError naming the
+    slice, never other rows."""
     key = TRACED_SLICES[name]
     x = np.random.default_rng(7).normal(size=(6, 3))
     compiled = mj.compile_loss(lambda x, t: np.sum(np.tanh(key(x, t)) * 1.5), backend=backend)
     traced = key(x, 1).shape   # the length of range(0, stop - start, step), as traced
+    lengths = set()
     for t in range(-10, 10):
         picked = key(x, t)
-        if picked.shape != traced:
-            with pytest.raises(IndexError, match=r"slice with traced bounds .* lacks its element"):
+        if picked.shape != traced and picked.size == 0:
+            with pytest.raises(IndexError, match=r"slice with traced bounds .* lacks its element 0"):
                 compiled(x, t)
             continue
+        lengths.add(picked.shape)
         expected_grad = np.zeros_like(x)
         np.add.at(expected_grad, (key(np.arange(x.size).reshape(x.shape), t) // 3, key(np.arange(x.size).reshape(x.shape), t) % 3),
                   1.5 * (1 - np.tanh(picked) ** 2))
         value, grad = compiled(x, t)
         np.testing.assert_allclose(value, np.sum(np.tanh(picked) * 1.5), rtol=1e-12, err_msg=f"t={t}")
         np.testing.assert_allclose(grad, expected_grad, rtol=1e-12, atol=1e-15, err_msg=f"t={t}")
+    assert compiled.cache_info().misses == len(lengths)
 
 
 TRAIN = np.random.default_rng(3).normal(size=(12, 4))   # captured by the objectives below
@@ -227,13 +232,13 @@ def test_minibatches_sliced_by_a_traced_counter_follow_numpy(backend):
         assert step.cache_info().misses == 1
 
 
-def test_a_minibatch_past_the_end_is_refused_where_numpy_would_shorten_it():
+def test_a_minibatch_past_the_end_is_refused_where_numpy_would_give_an_empty_one():
     def ragged(w, it):
         idx = it % 4        # the fourth batch of 4 rows would be NumPy's TRAIN[12:16], which is empty
         return np.sum(TRAIN[idx * 4:(idx + 1) * 4] @ w)
     step = mj.compile_loss(ragged)
     assert step(np.ones(4), 2)[0] == pytest.approx(ragged(np.ones(4), 2))
-    with pytest.raises(IndexError, match=r"slice with traced bounds .* lacks its element 0.*divides the data"):
+    with pytest.raises(IndexError, match=r"slice with traced bounds .* lacks its element 0.*not for an empty"):
         step(np.ones(4), 3)
 
 

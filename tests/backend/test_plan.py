@@ -290,3 +290,18 @@ def test_a_concatenated_index_is_range_checked_once_all_its_parts_are_written(ba
     np.testing.assert_allclose(grad, np.bincount(k, np.arange(1.0, 7.0), 6), rtol=1e-12)
     with pytest.raises(IndexError):
         step(p, np.array([0, 1, 2, 3, 4, 6]))    # out of range in the last part
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_a_computed_index_stays_a_buffer_its_range_check_reads(backend):
+    """Merging the index's nest into its reader's makes the index private to that nest; the
+    range check placed after selection still reads it, so it is not folded into the gather."""
+    def fn(x, i):
+        return x[(i + np.arange(3)) % 8] * 2.0
+    picked = mj.compile(fn, backend=backend)
+    x = np.arange(6.0)
+    np.testing.assert_array_equal(picked(x, 1), x[[1, 2, 3]] * 2.0)
+    with pytest.raises(IndexError, match=r"computed indices .* must lie in \[-6, 6\), got 6 at position \(2\)"):
+        picked(x, 4)
+    checks = [line for line in str(make_plan(mj.trace(fn, x, np.int64(1)))).splitlines() if "check" in line]
+    assert checks and not any("?" in line for line in checks), checks   # '?': a value no instruction writes
