@@ -5,6 +5,7 @@ compiles a variant of the step for it when a call needs it)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import contextvars
 from dataclasses import dataclass, field
 
@@ -88,21 +89,29 @@ def shorter_slices(shortening: Shortening):
 
 
 def _expression(trace, x) -> str:
-    """A traced integer (or a bound given as a number) as the text of its computation from the
-    arguments, the same in every trace of the function."""
-    if not isinstance(x, Tracer):
-        return repr(None if x is None else int(x))
-    texts: dict[int, str] = {}
+    """A traced integer (or a bound given as a number) as the text of its computation, the same
+    in every trace of the function (`value_texts`)."""
+    return repr(None if x is None else int(x)) if not isinstance(x, Tracer) else value_texts(trace)(x.operand)
+
+
+def value_texts(trace):
+    """A function naming a value of ``trace`` by the text of its computation from the arguments
+    (by path), the constants (by place) and literals: the same for values computed alike, and in
+    every trace of the function. A long text is replaced by its digest."""
+    names = {id(v): f"const{k}" for k, (v, _) in enumerate(trace.consts)}
+    names.update(trace.paths)
 
     def text(v) -> str:
         if isinstance(v, Lit):
             return repr(v.value)
-        if id(v) not in texts:
+        if id(v) not in names:
             b = trace.producers.get(id(v))
-            texts[id(v)] = trace.paths.get(id(v), "?") if b is None else \
-                f"{b.op}({', '.join(map(text, b.inputs))}{''.join(f', {k}={p}' for k, p in b.params)})"
-        return texts[id(v)]
-    return text(x.operand)
+            if b is None:
+                return f"?{id(v)}"
+            written = f"{b.op}({', '.join(map(text, b.inputs))}{''.join(f', {k}={p}' for k, p in b.params)})"
+            names[id(v)] = written if len(written) < 200 else hashlib.sha1(written.encode()).hexdigest()
+        return names[id(v)]
+    return text
 
 
 def _slice_bound(bound, size: int):
@@ -128,17 +137,18 @@ def _fixed_extent(k) -> int | None:
 
 def _polynomial(trace, x, sign: int) -> dict | None:
     """``sign * x`` as a polynomial over the traced values it is computed from by +, -, * and
-    integer literals (monomials are sorted tuples of value ids), or None where a float literal enters."""
+    integer literals (monomials are sorted tuples of the other values, by `value_texts`, so that
+    two computed alike are one), or None where a float literal enters."""
     if not isinstance(x, Tracer):
         return {(): sign * int(x)}
-    producers = {id(b.out): b for b in trace.bindings}
+    text = value_texts(trace)
 
     def poly(v) -> dict | None:
         if isinstance(v, Lit):
             return {(): v.value} if v.dtype.kind in "iu" else None
-        b = producers.get(id(v))
+        b = trace.producers.get(id(v))
         if b is None or b.op not in ("add", "sub", "mul", "neg"):
-            return {(id(v),): 1}   # an input, or a value computed otherwise (i % n): a variable
+            return {(text(v),): 1}   # an input, or a value computed otherwise (i % n): a variable
         args = [poly(u) for u in b.inputs]
         if None in args:
             return None

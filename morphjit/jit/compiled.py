@@ -12,6 +12,7 @@ from typing import Callable
 import numpy as np
 
 from ..ir import Program
+from ..native import SliceOutOfRange
 from ..runtime import NativeStep, fast_call, fast_forward, interp
 from ..tracing import StateWrites
 from ..util import pytree, trimmed
@@ -306,39 +307,42 @@ class CompiledLoss(Compiled):
         parameters."""
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
         args, kwargs = self._passed(args, kwargs)
-        return self._serving_shorter(CompiledLoss._called, args, kwargs, out)
-
-    def _called(self, args, kwargs, out):
-        __tracebackhide__ = True  # noqa: F841
-        if self._static is not None:
-            compiled, args = self._with_static(args, kwargs)
-            return compiled(*args, out=out)
-        if kwargs:
-            args = self._positional(args, kwargs)
-        result = self._by_fast_path(args, out)
-        if isinstance(result, ValueError):
-            raise result from None
-        if result is not None:
-            return result
-        step, leaves = self._step(args)
-        self._site.fast = step.fast
-        paths = argument_paths(self.fn, step.spec.treedef)
+        passed, passed_kwargs, rewind = args, kwargs, self._rewinding(args)
         try:
+            if self._static is not None:
+                compiled, args = self._with_static(args, kwargs)
+                return compiled(*args, out=out)
+            if kwargs:
+                args = self._positional(args, kwargs)
+            result = self._by_fast_path(args, out)
+            if isinstance(result, ValueError):
+                raise result from None
+            if result is not None:
+                return result
+            step, leaves = self._step(args)
+            self._site.fast = step.fast
+            paths = argument_paths(self.fn, step.spec.treedef)
+            try:
+                if out is not None:
+                    outputs = step.run_into(leaves, out_arrays(step, out, self._single, leaves, paths))
+                else:
+                    outputs = step.run(*leaves)
+            except ValueError as error:
+                raise label_error(step.program, paths, leaves) or error from None
+            outputs = step.kept(args, outputs)
+            end = 1 + len(step.spec.wrt)
+            value = outputs[0][()]
+            if self.has_aux:
+                value = value, pytree.unflatten(step.out_tree, outputs[end:])
             if out is not None:
-                outputs = step.run_into(leaves, out_arrays(step, out, self._single, leaves, paths))
-            else:
-                outputs = step.run(*leaves)
-        except ValueError as error:
-            raise label_error(step.program, paths, leaves) or error from None
-        outputs = step.kept(args, outputs)
-        end = 1 + len(step.spec.wrt)
-        value = outputs[0][()]
-        if self.has_aux:
-            value = value, pytree.unflatten(step.out_tree, outputs[end:])
-        if out is not None:
-            return value, out
-        trees = step.gradient_trees(outputs[1:end])
-        return value, trees[0] if self._single else tuple(trees)
+                return value, out
+            trees = step.gradient_trees(outputs[1:end])
+            return value, trees[0] if self._single else tuple(trees)
+        except SliceOutOfRange as error:
+            variant = self._shorter_variant(error, rewind)
+            if variant is None:
+                raise
+        return CompiledLoss.__call__(variant, *passed, out=out, **passed_kwargs)   # a CompiledGrad's too
 
     def _fast_path(self, spec, leaf_signatures, native, batched, out_tree):
         return fast_call(spec.treedef, leaf_signatures, [spec.arg_treedef(i) for i in spec.argnums],
@@ -410,27 +414,30 @@ class CompiledFunction(Compiled):
         to the function's positional parameters."""
         __tracebackhide__ = True  # noqa: F841
         args, kwargs = self._passed(args, kwargs)
-        return self._serving_shorter(CompiledFunction._called, args, kwargs)
-
-    def _called(self, args, kwargs):
-        __tracebackhide__ = True  # noqa: F841
-        if self._static is not None:
-            compiled, args = self._with_static(args, kwargs)
-            return compiled(*args)
-        if kwargs:
-            args = self._positional(args, kwargs)
-        result = self._by_fast_path(args)
-        if isinstance(result, ValueError):
-            raise result from None
-        if result is not None:
-            return result
-        step, leaves = self._step(args)
-        self._site.fast = step.fast
+        passed, passed_kwargs, rewind = args, kwargs, self._rewinding(args)
         try:
-            outputs = step.run(*leaves)
-        except ValueError as error:
-            raise label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error from None
-        return pytree.unflatten(step.out_tree, [np.asarray(o) for o in step.kept(args, outputs)])
+            if self._static is not None:
+                compiled, args = self._with_static(args, kwargs)
+                return compiled(*args)
+            if kwargs:
+                args = self._positional(args, kwargs)
+            result = self._by_fast_path(args)
+            if isinstance(result, ValueError):
+                raise result from None
+            if result is not None:
+                return result
+            step, leaves = self._step(args)
+            self._site.fast = step.fast
+            try:
+                outputs = step.run(*leaves)
+            except ValueError as error:
+                raise label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error from None
+            return pytree.unflatten(step.out_tree, [np.asarray(o) for o in step.kept(args, outputs)])
+        except SliceOutOfRange as error:
+            variant = self._shorter_variant(error, rewind)
+            if variant is None:
+                raise
+        return variant(*passed, **passed_kwargs)
 
     def _fast_path(self, spec, leaf_signatures, native, batched, out_tree):
         return fast_forward(spec.treedef, leaf_signatures, out_tree, native, batched)

@@ -27,28 +27,14 @@ class ShorterSlices:
     _variants: dict
     _draws: bool | None = None   # whether a step takes generators (None: none compiled yet)
 
-    def _serving_shorter(self, call, args: tuple, *more):
-        """``call(self, args, *more)``, or where its step refuses a slice as shorter at this call,
-        the same call of the variant traced at that length (and so on for another slice), with
-        the generators among ``args`` put back as they were before the refused call."""
-        __tracebackhide__ = True  # noqa: F841
-        compiled, rewind = self, None if self._draws is False else self._rewinding(args)
-        while True:
-            try:
-                return call(compiled, args, *more)
-            except SliceOutOfRange as error:
-                variant = compiled._shorter_variant(error)
-                if variant is None:
-                    raise
-            compiled = variant
-            if rewind is not None:
-                rewind()
-
     def _rewinding(self, args: tuple):
-        """`native.rewinding` of ``args`` where the call may take seeds from generators: captured
+        """`native.rewinding` of a call's ``args`` where it may take seeds from generators: captured
         ones, or arguments (before any step is compiled, or where a step compiled takes them)."""
+        if self._draws is False:
+            return None
         captured = self._captured is not None and self._captured.takes_generators
-        return rewinding(args) if captured or any(isinstance(a, GENERATORS) for a in args) else None
+        draws = self._draws or captured or any(isinstance(a, GENERATORS) for a in args)
+        return rewinding(args) if draws else None
 
     def _note_draws(self, args) -> None:
         """After a compile for ``args``: whether calls need `_rewinding` (steps taking generators)."""
@@ -56,10 +42,10 @@ class ShorterSlices:
         self._draws = bool(self._draws) or any(isinstance(x, GENERATORS) for x in leaves) \
             or self._captured is not None and self._captured.takes_generators
 
-    def _shorter_variant(self, error: SliceOutOfRange):
-        """The variant for the slices the refused one stands for (those with its bounds, step and
-        axis length) at the length of NumPy's slice; None for an empty slice, and for a slice
-        this one is already traced at."""
+    def _shorter_variant(self, error: SliceOutOfRange, rewind=None):
+        """The variant for the slices the one ``error`` refuses stands for (those with its bounds,
+        step and axis length) at the length of NumPy's slice, the call's generators put back
+        (``rewind``); None for an empty slice, and for a slice this one is traced at already."""
         key = self._shortening.seen.get(error.args[0])
         if error.length == 0 or key is None or key in self._shortening.lengths:
             return None
@@ -68,6 +54,8 @@ class ShorterSlices:
             variant = self._variants.get(frozenset(lengths.items()))
             if variant is None:
                 variant = self._variants[frozenset(lengths.items())] = self._shortened(lengths)
+        if rewind is not None:
+            rewind()
         return variant
 
     def _shortened(self, lengths: dict):

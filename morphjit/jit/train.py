@@ -17,6 +17,7 @@ import numpy as np
 from .. import api as A
 from ..backend import can_write_in_place, make_plan, write_in_place
 from ..ir import Program, TensorType, Var, is_float
+from ..native import SliceOutOfRange
 from ..runtime import NativeStep, fast_update, interp
 from ..tracing import Trace, Tracer
 from ..util import DtypeError, TracingError, pytree
@@ -144,13 +145,10 @@ class TrainStep(ShorterSlices):
         (with ``has_aux``, the loss and the aux values before it)."""
         if self._captured is not None and self._captured.takes_generators:
             data = data + (self._captured.current(),)
-        return self._serving_shorter(TrainStep._called, (params, state) + tuple(data), lr)
-
-    def _called(self, args, lr):
-        params, state, data = args[0], args[1], args[2:]
         if self._static is not None:
             key, (params, *data) = self._static.split((params,) + data)
             return self._with_static(key)(params, state, *data, lr=lr)
+        rewind = self._rewinding(data)
         step_count = self._check_state(state)
         lr = self.optimizer.learning_rate(step_count, lr)
         scalars = self.optimizer.scalars(step_count, lr)
@@ -158,12 +156,17 @@ class TrainStep(ShorterSlices):
         site = self._site
         try:
             loss = None if site.fast is None else site.fast(args, scalars)
+            if loss is None:
+                loss = self._checked_call(args, scalars)
+            else:
+                site.hits.add()
+        except SliceOutOfRange as error:
+            variant = self._shorter_variant(error, rewind)
+            if variant is None:
+                raise
+            return variant(params, state, *data, lr=lr)
         except ValueError as error:
             raise self._explained(error, args) from None
-        if loss is None:
-            loss = self._checked_call(args, scalars)
-        else:
-            site.hits.add()
         state[STEP][...] = step_count + 1
         return loss
 

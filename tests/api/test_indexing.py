@@ -232,6 +232,18 @@ def test_minibatches_sliced_by_a_traced_counter_follow_numpy(backend):
         assert step.cache_info().misses == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bounds_that_compute_the_batch_number_twice_have_a_fixed_extent(backend):
+    def twice(w, it):
+        return np.sum(np.tanh(TRAIN[(it % 3) * 4:(it % 3 + 1) * 4] @ w) ** 2)
+    step = mj.compile_loss(twice, backend=backend)
+    w = np.array([0.5, -0.25, 1.0, 0.1])
+    for it in range(4):
+        assert step(w, it)[0] == pytest.approx(twice(w, it), rel=1e-12)
+    with pytest.raises(mj.UnsupportedError, match="extent known when tracing"):   # it % 3 and it % 4 differ
+        mj.compile_loss(lambda w, it: np.sum(TRAIN[(it % 3) * 4:(it % 4 + 1) * 4] @ w))(w, 1)
+
+
 def test_a_minibatch_past_the_end_is_refused_where_numpy_would_give_an_empty_one():
     def ragged(w, it):
         idx = it % 4        # the fourth batch of 4 rows would be NumPy's TRAIN[12:16], which is empty
