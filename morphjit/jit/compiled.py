@@ -6,22 +6,20 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from ..ir import Program
 from ..native import SliceOutOfRange
-from ..runtime import NativeStep, fast_call, fast_forward, interp
-from ..tracing import StateWrites
+from ..runtime import NativeStep, fast_call, fast_forward
 from ..util import pytree, trimmed
 from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
-from .checks import ArgSpec, arg_spec, argument_paths, label_error, out_arrays
+from .checks import arg_spec, argument_paths, label_error, out_arrays
 from .captured import Captured
 from .shorter import Shortening, ShorterSlices
 from .static_args import StaticArguments
+from .step import Step, run_reference
 
 BACKENDS = ("numba", "interp")
 
@@ -51,55 +49,6 @@ def grad_program(fn, *args, argnums=0) -> Program:
     """The joint forward+backward program of ``fn`` at ``args``, for printing."""
     spec, _ = arg_spec(fn, args, argnums)
     return pipeline.run(pipeline.FRONT, pipeline.Build(fn, args, spec)).program
-
-
-@dataclass
-class Step:
-    """One compiled signature: its spec, its joint program and the function that runs it."""
-
-    spec: ArgSpec
-    program: Program
-    run: Callable
-    source: str | None = None    # the generated module (numba backend)
-    fast: Callable | None = None  # args -> the call's result, or None: the checked fast path
-    forward: Program | None = None   # the traced forward program
-    plan: object = None              # the replay plan (numba backend)
-    timings: feedback.Timings | None = None  # seconds per compilation stage, origin of the code
-    out_tree: pytree.TreeDef | None = None   # of aux (a loss with has_aux), or of the outputs
-    state: StateWrites = StateWrites()       # what the function writes into its arguments (the last outputs)
-
-    def __post_init__(self):
-        self._builders = [pytree.builder(self.spec.arg_treedef(i)) for i in self.spec.argnums]
-
-    def gradient_trees(self, grads):
-        """The gradients in the structure of the differentiated arguments."""
-        it = iter(grads)
-        return [build(it) for build in self._builders]
-
-    def run_into(self, leaves, out: list) -> list:
-        """Run with the gradients written into ``out``; returns all the outputs."""
-        if isinstance(self.run, NativeStep):
-            return self.run(*leaves, out=out)
-        outputs = self.run(*leaves)
-        for target, value in zip(out, outputs[1:]):
-            np.copyto(target, value)
-        return outputs
-
-    def kept(self, args, outputs) -> list:
-        """``outputs`` without the state ones, which are written into ``args``' containers."""
-        if not self.state:
-            return outputs
-        end = len(outputs) - self.state.outputs
-        self.state.apply(args, outputs[end:])
-        return outputs[:end]
-
-
-def run_reference(program: Program, paths, *leaves) -> list[np.ndarray]:
-    """The reference executor, refusing out-of-range class labels as the compiled step does."""
-    error = label_error(program, paths, leaves)
-    if error is not None:
-        raise error
-    return interp.run(program, *leaves)
 
 
 class Compiled(ShorterSlices):
