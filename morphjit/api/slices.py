@@ -5,8 +5,8 @@ compiles a variant of the step for it when a call needs it)."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import contextvars
+import hashlib
 from dataclasses import dataclass, field
 
 import numpy as np
