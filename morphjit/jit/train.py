@@ -132,7 +132,7 @@ class TrainStep(ShorterSlices):
 
     def init(self, params) -> dict:
         """Fresh optimiser state for ``params``: the step count and zeroed state arrays."""
-        leaves, treedef = pytree.flatten(params)
+        leaves, treedef = pytree.flatten(params, int_lists=True)
         for path, x in zip(pytree.leaf_paths(treedef, "params"), leaves):
             check_updatable(path, x)
         state = {STEP: np.zeros((), np.int64)}
@@ -257,7 +257,7 @@ class TrainStep(ShorterSlices):
         for path, x in zip(paths, leaves[:n_params]):
             check_updatable(path, x)
         for name, tree in zip(self.optimizer.state_names, state_trees):
-            state_leaves, state_tree = pytree.flatten(tree)
+            state_leaves, state_tree = pytree.flatten(tree, int_lists=True)
             state_paths = pytree.leaf_paths(state_tree, f"state[{name!r}]")
             if state_tree != param_tree:
                 raise TracingError(f"state[{name!r}] has the structure {state_tree}, but params has "

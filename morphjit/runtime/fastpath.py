@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ir import evaluate, is_symbolic
 from ..native import GENERATORS, seed_of
-from ..util import Source, TreeDef
+from ..util import Source, TreeDef, pytree
 from .step import NativeStep, Workspace
 
 
@@ -20,7 +20,7 @@ class FastPath(Source):
         self.step = step
         self.env = {"step": step, "pop": step.idle.pop, "put": step.idle.append, "Workspace": Workspace,
                     "ascontiguousarray": np.ascontiguousarray, "empty": np.empty, "ndarray": np.ndarray,
-                    "evaluate": evaluate, "int_array": int_array}
+                    "evaluate": evaluate, "int_array": int_array, "Held": pytree.Held}
         self.batched = False
         self.generators: list[str] = []   # leaves whose seed is drawn once every check passed
 
@@ -48,11 +48,19 @@ class FastPath(Source):
         if treedef.kind is str:            # a string argument's value is structure too
             self.line(f"if type({expr}) is not str or {expr} != {self.constant(treedef.keys[0])}: return None")
             return
+        if treedef.kind is pytree.Held:           # so are a function's, a class's or a module's identity
+            self.line(f"if {self.constant(treedef.keys[0])} != Held({expr}): return None")
+            return
         node = f"{prefix}n{len(self.lines) - start}"
-        kind = self.constant(treedef.kind)
         self.line(f"{node} = {expr}")
+        if isinstance(treedef.kind, pytree.Attributes):   # an object: its attributes
+            self.line(f"if type({node}) is not {self.constant(treedef.kind.cls)}: return None")
+            self.line(f"{node} = {node}.__dict__")
+            kind, keys = "dict", treedef.keys
+        else:
+            kind = self.constant(treedef.kind)
+            keys = treedef.keys if treedef.kind is dict else range(len(treedef.children))
         self.line(f"if type({node}) is not {kind} or len({node}) != {len(treedef.children)}: return None")
-        keys = treedef.keys if treedef.kind is dict else range(len(treedef.children))
         for key, child in zip(keys, treedef.children):
             if not isinstance(key, (str, int)):
                 raise Unspellable
@@ -147,6 +155,11 @@ class FastPath(Source):
             if not all(isinstance(k, (str, int)) for k in treedef.keys):
                 raise Unspellable
             return "{" + ", ".join(f"{k!r}: {c}" for k, c in zip(treedef.keys, children)) + "}"
+        if treedef.kind in (pytree.Held, type(None), str):   # structure without leaves
+            return self.constant(pytree.unflatten(treedef, []))
+        if isinstance(treedef.kind, pytree.Attributes):
+            attributes = ", ".join(f"{k!r}: {c}" for k, c in zip(treedef.keys, children))
+            return f"{self.constant(pytree.rebuilt)}({self.constant(treedef.kind.cls)}, {{{attributes}}})"
         kind = self.constant(treedef.kind)
         if treedef.keys:  # namedtuple
             return f"{kind}({', '.join(children)})"

@@ -1,5 +1,5 @@
-"""State kept between calls: what the traced function writes into the dicts and lists of its
-arguments (``bn_param['running_mean'] = ...``, ``cache.append(h)``).
+"""State kept between calls: what the traced function writes into the dicts, lists and objects
+of its arguments (``bn_param['running_mean'] = ...``, ``cache.append(h)``, ``layer.cache = x``).
 
 The function runs on containers built afresh from the argument tree; after it returns, each is
 compared with what it was built with (`changes`). A changed entry becomes a `Write`: its value is
@@ -53,6 +53,12 @@ class Tree:
 
 
 @dataclass(frozen=True)
+class Attr:
+    """An object's attribute as a key of a path (other keys index a container)."""
+    name: str
+
+
+@dataclass(frozen=True)
 class Write:
     """``container[key] = value`` for the container at ``path`` (``value`` None: ``del``); a list
     whose length changed is written whole (``key`` None: ``container[:] = value``)."""
@@ -62,7 +68,8 @@ class Write:
 
     def label(self) -> str:
         """The written place as a path into the argument tuple, e.g. ``[1]['running_mean']``."""
-        return "".join(f"[{k!r}]" for k in self.path + (() if self.key is None else (self.key,)))
+        keys = self.path + (() if self.key is None else (self.key,))
+        return "".join(f".{k.name}" if isinstance(k, Attr) else f"[{k!r}]" for k in keys)
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,11 @@ class StateWrites:
             container = at(args, write.path)
             if write.key is None:
                 container[:] = value
+            elif isinstance(write.key, Attr):
+                if write.value is None:
+                    delattr(container, write.key.name)
+                else:
+                    setattr(container, write.key.name, value)
             elif write.value is None:
                 del container[write.key]
             else:
@@ -105,8 +117,12 @@ class StateWrites:
 
 def at(tree, path: tuple):
     for key in path:
-        tree = tree[key]
+        tree = getattr(tree, key.name) if isinstance(key, Attr) else tree[key]
     return tree
+
+
+def _same(key):
+    return key
 
 
 def same_known(a, b) -> bool:
@@ -117,8 +133,8 @@ def same_known(a, b) -> bool:
 
 
 class Built:
-    """The argument tree as the function gets it (``tree``), with each container's original
-    entries, so that `changes` can find what the function wrote."""
+    """The argument tree as the function gets it (``tree``), with each container's and object's
+    original entries, so that `changes` can find what the function wrote."""
 
     def __init__(self, treedef: pytree.TreeDef, leaves):
         self.containers: list[tuple[tuple, object, dict]] = []
@@ -130,11 +146,13 @@ class Built:
             leaf = next(leaves)
             self.origin[id(leaf)] = path
             return leaf
-        keys = treedef.keys if treedef.kind is dict else range(len(treedef.children))
-        children = {k: self._build(c, leaves, path + (k,)) for k, c in zip(keys, treedef.children)}
+        is_object = isinstance(treedef.kind, pytree.Attributes)
+        keys = treedef.keys if treedef.kind is dict or is_object else range(len(treedef.children))
+        children = {k: self._build(c, leaves, path + (Attr(k) if is_object else k,))
+                    for k, c in zip(keys, treedef.children)}
         node = pytree.unflatten(pytree.TreeDef(treedef.kind, treedef.keys, tuple(pytree.LEAF for _ in children)),
                                 list(children.values())) if treedef.kind is not pytree.NONE else None
-        if treedef.kind in (dict, list):
+        if treedef.kind in (dict, list) or is_object:
             self.containers.append((path, node, children))
         if node is not None:
             self.origin[id(node)] = path
@@ -146,10 +164,11 @@ class Built:
         computed: list[Tracer] = []
         writes = []
         for path, node, before in self.containers:
-            if type(node) is dict:
-                writes += [Write(path, k, self._ref(v, computed)) for k, v in node.items()
+            if type(node) is not list:
+                entries, key = (node, _same) if type(node) is dict else (vars(node), Attr)
+                writes += [Write(path, key(k), self._ref(v, computed)) for k, v in entries.items()
                            if k not in before or v is not before[k]]
-                writes += [Write(path, k, None) for k in before if k not in node]
+                writes += [Write(path, key(k), None) for k in before if k not in entries]
             elif len(node) == len(before):
                 writes += [Write(path, k, self._ref(v, computed)) for k, v in enumerate(node) if v is not before[k]]
             else:
@@ -168,14 +187,16 @@ class Built:
                 computed.append(value)
                 found = len(computed) - 1
             return Computed(found)
-        leaves, treedef = pytree.flatten(value)
+        if pytree.is_int_list(value):
+            return Known(list(value))
+        leaves, treedef = pytree.flatten(value, int_lists=True)
         if treedef.kind is not None:
             return Tree(treedef, tuple(self._ref(v, computed) for v in leaves))
-        if isinstance(value, (np.ndarray, np.generic, bool, int, float, complex, str, bytes, type(None))):
+        if isinstance(value, (np.ndarray, np.generic, bool, int, float, complex, bytes)):
             return Known(np.array(value) if isinstance(value, np.ndarray) else value)
         raise TracingError(f"the function stores a {type(value).__name__} in an argument container, which a "
-                           f"compiled step cannot keep between calls; store arrays, numbers or containers of them",
-                           user_location())
+                           f"compiled step cannot keep between calls; store arrays, numbers, or containers or "
+                           f"objects of them", user_location())
 
 
 def check_no_escape(fn, t) -> None:
@@ -197,7 +218,8 @@ def check_no_escape(fn, t) -> None:
             loc = next((b.loc for b in t.bindings if b.out is tracer.operand), None) or user_location()
             raise TracingError(f"{getattr(fn, '__name__', 'the function')} leaves a traced value in {path} when "
                                f"it returns; a compiled step cannot update it between calls: return it (has_aux=True) "
-                               f"or keep it in a dict passed as an argument, which is written back after each call",
+                               f"or keep it in a dict or an object passed as an argument, which is written back after "
+                               f"each call",
                                loc)
 
 

@@ -368,7 +368,7 @@ def input_tracer(t: Trace, leaf, path: str, batched: bool = False) -> Tracer:
             x.own_storage(f"argument {path}")
         return x
     raise TracingError(f"argument {path} is a {type(leaf).__name__}, which cannot be traced: pass NumPy "
-                       f"arrays, Python scalars, or dicts, lists and tuples of them", user_location())
+                       f"arrays, Python scalars, or dicts, lists, tuples and objects of them", user_location())
 
 
 class NotAnArray:

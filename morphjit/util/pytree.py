@@ -2,23 +2,30 @@
 
 Dict keys are visited in sorted order, as JAX does, so the flat order does not depend on how
 the user built the dict. ``None`` is a node without children, as in JAX: part of the structure
-(a call's signature), not a leaf, and given back as ``None``. With ``int_lists`` (the arguments of
-a call), a flat list of Python ints is one leaf, an integer array of its length, and a string
-(``bn_param['mode']``) a node without children whose value is part of the structure.
+(a call's signature), not a leaf, and given back as ``None``.
+
+With ``int_lists`` (the arguments of a call) more is structure:
+- a flat list of Python ints is one leaf, an integer array of its length;
+- a string (``bn_param['mode']``) is a node without children whose value is part of the structure;
+- an object of a plain Python class (``vars(obj)`` holds its state) is a node whose children are its
+  attributes, by name (`Attributes`); it is rebuilt as a new object of the class;
+- a function, class or module is a node without children that holds it (`Held`): the same object
+  is the same structure.
 """
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .errors import DtypeError, ShapeError
+from .errors import DtypeError, ShapeError, TracingError, user_location
 
 
 @dataclass(frozen=True)
 class TreeDef:
-    kind: type | None          # None for a leaf
+    kind: object               # a container type, NONE, str, Held, an Attributes; None for a leaf
     keys: tuple = ()           # dict keys, or namedtuple field names
     children: tuple["TreeDef", ...] = ()
 
@@ -31,8 +38,10 @@ class TreeDef:
             return "*"
         if self.kind is NONE:
             return "None"
-        if self.kind is str:
+        if self.kind is str or self.kind is Held:
             return repr(self.keys[0])
+        if isinstance(self.kind, Attributes):
+            return f"{self.kind}(" + ", ".join(f"{k}={c}" for k, c in self._labelled()) + ")"
         inner = ", ".join(f"{k!r}: {c}" if self.kind is dict else str(c) for k, c in self._labelled())
         return {dict: "{%s}", list: "[%s]"}.get(self.kind, "(%s)") % inner
 
@@ -42,6 +51,53 @@ class TreeDef:
 
 LEAF = TreeDef(None)
 NONE = type(None)
+
+
+@dataclass(frozen=True)
+class Attributes:
+    """The node kind of an object taken apart by its attributes; its keys are their names."""
+    cls: type
+
+    def __str__(self) -> str:
+        return self.cls.__qualname__
+
+
+class Held:
+    """The node kind of a function, class or module in the arguments: equal to another for the
+    same object (a bound method: the same function of the same object)."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, Held) and (self.value is other.value or (
+            isinstance(self.value, types.MethodType) and self.value == other.value))
+
+    def __hash__(self):
+        if isinstance(self.value, types.MethodType):
+            return hash((id(self.value.__self__), id(self.value.__func__)))
+        return id(self.value)
+
+    def __repr__(self):
+        return getattr(self.value, "__qualname__", None) or getattr(self.value, "__name__", None) or repr(self.value)
+
+
+_ARRAY_PROTOCOLS = ("__array__", "__array_interface__", "__array_ufunc__", "__array_function__")
+_HEAP_TYPE = 1 << 9    # Py_TPFLAGS_HEAPTYPE: a class statement made it, not C code
+
+
+def is_plain_object(x) -> bool:
+    """Whether ``x`` is an object of a plain Python class, whose state is its ``__dict__``: not a
+    container, array-like, extension type or class with a constructor of its own."""
+    cls = type(x)
+    return bool(cls.__flags__ & _HEAP_TYPE and cls.__new__ is object.__new__
+                and isinstance(getattr(x, "__dict__", None), dict)
+                and not any(hasattr(cls, name) for name in _ARRAY_PROTOCOLS))
+
+
+def is_held(x) -> bool:
+    """Whether ``x`` is held as structure in the arguments: a function, class or module."""
+    return isinstance(x, (types.ModuleType, type)) or (callable(x) and not is_plain_object(x))
 
 
 def _is_namedtuple(x) -> bool:
@@ -58,8 +114,6 @@ def _children(tree, int_lists: bool = False) -> tuple[type, tuple, list] | None:
         return None
     if tree is None:
         return NONE, (), []
-    if int_lists and type(tree) is str:
-        return str, (tree,), []
     if isinstance(tree, dict):
         keys = tuple(sorted(tree))
         return dict, keys, [tree[k] for k in keys]
@@ -67,21 +121,37 @@ def _children(tree, int_lists: bool = False) -> tuple[type, tuple, list] | None:
         return type(tree), type(tree)._fields, list(tree)
     if isinstance(tree, (list, tuple)):
         return type(tree), (), list(tree)
+    if not int_lists:
+        return None
+    if type(tree) is str:
+        return str, (tree,), []
+    if is_plain_object(tree):
+        keys = tuple(sorted(vars(tree)))
+        return Attributes(type(tree)), keys, [vars(tree)[k] for k in keys]
+    if is_held(tree):
+        return Held, (Held(tree),), []
     return None
 
 
 def flatten(tree, int_lists: bool = False) -> tuple[list, TreeDef]:
+    """The leaves of ``tree`` and its structure (with ``int_lists``, of a call's arguments)."""
     leaves: list = []
-    return leaves, _flatten_into(tree, leaves, int_lists)
+    return leaves, _flatten_into(tree, leaves, int_lists, ())
 
 
-def _flatten_into(tree, leaves: list, int_lists: bool) -> TreeDef:
+def _flatten_into(tree, leaves: list, int_lists: bool, objects: tuple) -> TreeDef:
     node = _children(tree, int_lists)
     if node is None:
         leaves.append(tree)
         return LEAF
     kind, keys, children = node
-    return TreeDef(kind, keys, tuple(_flatten_into(c, leaves, int_lists) for c in children))
+    if isinstance(kind, Attributes):
+        if any(tree is o for o in objects):
+            raise TracingError(f"an argument holds an object of class {kind} that contains itself through its "
+                               f"attributes; a compiled step takes its arguments apart into arrays: pass an object "
+                               f"that holds the arrays, not one that refers back to itself", user_location())
+        objects += (tree,)
+    return TreeDef(kind, keys, tuple(_flatten_into(c, leaves, int_lists, objects) for c in children))
 
 
 def unflatten(treedef: TreeDef, leaves) -> Any:
@@ -105,11 +175,22 @@ def builder(treedef: TreeDef) -> Callable[[Iterator], Any]:
         return lambda it: None
     if kind is str:
         return lambda it: keys[0]
+    if kind is Held:
+        return lambda it: keys[0].value
     if kind is dict:
         return lambda it: {k: b(it) for k, b in zip(keys, children)}
+    if isinstance(kind, Attributes):
+        return lambda it: rebuilt(kind.cls, {k: b(it) for k, b in zip(keys, children)})
     if keys:  # namedtuple
         return lambda it: kind(*[b(it) for b in children])
     return lambda it: kind([b(it) for b in children])
+
+
+def rebuilt(cls: type, attributes: dict):
+    """A new object of ``cls`` with these attributes, its constructor not called."""
+    obj = object.__new__(cls)
+    vars(obj).update(attributes)
+    return obj
 
 
 def keyed_flatten(tree, leaves: list, leaf_key: Callable) -> tuple:
@@ -127,6 +208,10 @@ def keyed_flatten(tree, leaves: list, leaf_key: Callable) -> tuple:
         leaves.append(tree)
         return leaf_key(tree)
     kind, keys, children = node
+    if isinstance(kind, Attributes):    # flattened whole: `flatten` finds cycles
+        found, treedef = flatten(tree, int_lists=True)
+        leaves += found
+        return treedef, tuple([leaf_key(x) for x in found])
     return kind, keys, tuple([keyed_flatten(c, leaves, leaf_key) for c in children])
 
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import morphjit as mj
 from morphjit.util import TracingError
+from support.gradcheck import central_difference
 
 BACKENDS = ["interp", "numba"]
 
@@ -44,15 +45,6 @@ def assert_same_state(got, expected):
         assert got == expected
     else:
         np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-12)
-
-
-def central_difference(f, w, eps=1e-6):
-    g = np.zeros_like(w)
-    for i in np.ndindex(w.shape):
-        d = np.zeros_like(w)
-        d[i] = eps
-        g[i] = (f(w + d) - f(w - d)) / (2 * eps)
-    return g
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

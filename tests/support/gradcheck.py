@@ -102,6 +102,16 @@ def fd_jvp(fun, primals, tangents, eps=1e-5) -> np.ndarray:
     return (hi - lo) / (2 * eps)
 
 
+def central_difference(f, w: np.ndarray, eps=1e-6) -> np.ndarray:
+    """The gradient of the scalar function ``f`` at ``w``, element by element."""
+    g = np.zeros_like(w)
+    for i in np.ndindex(w.shape):
+        d = np.zeros_like(w)
+        d[i] = eps
+        g[i] = (f(w + d) - f(w - d)) / (2 * eps)
+    return g
+
+
 def check_vjp_fd(fun, primals, cotangent, vjps, *, rng, eps=1e-5, rtol=1e-6, atol=1e-9,
                  what="gradient", retries=0):
     """Check ``vjps == J^T u`` through ``<J^T u, v> == <u, J v>`` for a random direction ``v``.
