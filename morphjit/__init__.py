@@ -38,8 +38,8 @@ from .jit import (CompiledFunction, CompiledGrad, CompiledLoss, TrainStep, compi
 from .runtime import run
 from .tracing import FrozenValueError, trace
 from .util import (VERSION as __version__, ArgumentError, ArgumentOverflowError, ArgumentWriteError, DtypeError,
-                   IndexingError, LayoutError, MorphjitError, ShapeError, TracingError, UnsupportedError,
-                   ravel_pytree)
+                   IndexingError, LayoutError, MorphjitError, RecompileWarning, ShapeError, TracingError,
+                   UnsupportedError, ravel_pytree)
 _LAZY = {"dask": ".integrations.dask", "stats": ".api.scipy.stats", "signal": ".api.scipy.signal"}
 
 

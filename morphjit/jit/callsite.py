@@ -107,6 +107,11 @@ class CallSite:
         self.fast = None                # the fast path of the step called last, or None
         self.compiling = threading.RLock()
 
+    def forget(self) -> None:
+        """Drop every compiled step (the next call of each signature compiles); statistics stay."""
+        with self.compiling:
+            self.by_leaves, self.shapes, self.fast = {}, StepsByShape(self.shapes.static_shapes), None
+
     def find(self, args):
         """The step of ``args``' leaf signature (None if there is none yet) and their leaves."""
         leaves = []

@@ -33,7 +33,8 @@ def argument_paths(fn, treedef) -> list[str]:
 
 
 def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
-    argnums_t = normalize_argnums(argnums, len(args))
+    captured = bool(getattr(fn, "takes_captured", False))   # the last argument: what fn captures (`jit.captured`)
+    argnums_t = normalize_argnums(argnums, len(args) - captured)
     leaves, treedef = pytree.flatten(tuple(args), int_lists=True)
     paths = argument_paths(fn, treedef)
     ranges, start = [], 0
@@ -52,8 +53,10 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
         check_plain(leaf, path)
     for j in wrt:
         check_differentiable(leaves[j], paths[j])
-    # The first of several arguments holds the parameters: no batch axis even when not differentiated
-    params = frozenset(wrt) | frozenset(ranges[0] if len(args) > 1 else ())
+    # The first of several arguments holds the parameters: no batch axis even when not differentiated;
+    # nor have captured arrays
+    params = frozenset(wrt) | frozenset(ranges[0] if len(args) - captured > 1 else ())
+    params |= frozenset(ranges[-1] if captured else ())
     return ArgSpec(treedef, argnums_t, wrt, params), leaves
 
 

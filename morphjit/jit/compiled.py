@@ -16,7 +16,7 @@ from ..util import pytree, trimmed
 from . import feedback, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .checks import arg_spec, argument_paths, label_error, out_arrays
-from .captured import Captured
+from .captured import Captured, UsesCaptured
 from .shorter import Shortening, ShorterSlices
 from .static_args import StaticArguments
 from .step import Step, run_reference
@@ -51,7 +51,7 @@ def grad_program(fn, *args, argnums=0) -> Program:
     return pipeline.run(pipeline.FRONT, pipeline.Build(fn, args, spec)).program
 
 
-class Compiled(ShorterSlices):
+class Compiled(ShorterSlices, UsesCaptured):
     """What a compiled loss and a compiled forward function share: the compiled steps by call
     signature (`CallSite`), static arguments (a step of their own per value), variants for
     slices a call finds shorter (`ShorterSlices`), the reports."""
@@ -119,8 +119,12 @@ class Compiled(ShorterSlices):
         return label_error(step.program, argument_paths(self.fn, step.spec.treedef), leaves) or error
 
     def _passed(self, args, kwargs) -> tuple[tuple, dict]:
-        """The call's arguments, the generators the function captures after them (`captured`)."""
-        return (args, kwargs) if self._captured is None else self._captured.arguments(args, kwargs)
+        """The call's arguments, the generators and arrays the function captures after them
+        (`captured`); every step is dropped where the contents of one it computed with changed."""
+        if self._captured is None:
+            return args, kwargs
+        self._drop_stale_steps()
+        return self._captured.arguments(args, kwargs)
 
     def _positional(self, args, kwargs) -> tuple:
         try:

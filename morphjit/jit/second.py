@@ -110,7 +110,8 @@ def settings_of(fn, backend, cache, static_shapes) -> tuple:
             raise TracingError(f"mj.hvp and mj.hessian differentiate with respect to the first argument; "
                                f"{fn.__name__} was compiled with argnums={fn.argnums!r}")
         static, inherited = fn.static_argnums, (fn.backend, fn.cache, fn.static_shapes)
-        fn = loss_part(fn.fn) if fn.has_aux else fn.fn
+        user = fn.fn if fn._captured is None else fn._captured.fn   # not the copy that takes what it captures
+        fn = loss_part(user) if fn.has_aux else user
     else:
         inherited = ("numba", True, False)
     given = (backend, cache, static_shapes)

@@ -23,7 +23,7 @@ from ..tracing import Trace, Tracer
 from ..util import DtypeError, TracingError, pytree
 from . import pipeline
 from .callsite import CallSite, CallStats, leaf_signature
-from .captured import Captured
+from .captured import Captured, UsesCaptured
 from .checks import arg_spec, argument_paths, check_plain, label_error
 from .compiled import BACKENDS, CompiledLoss, name_hint
 from .optim import Optimizer
@@ -95,7 +95,7 @@ def in_place_stage(optimizer: Optimizer, build: pipeline.Build) -> None:
     write_in_place(build.plan, zip(updated, build.plan.outputs[1:]))
 
 
-class TrainStep(ShorterSlices):
+class TrainStep(ShorterSlices, UsesCaptured):
     """``loss = step(params, state, *data)``: one optimiser step, updating params and state in place
     (``(loss, aux)`` for a loss function with ``has_aux``)."""
 
@@ -143,7 +143,8 @@ class TrainStep(ShorterSlices):
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it
         (with ``has_aux``, the loss and the aux values before it)."""
-        if self._captured is not None and self._captured.takes_generators:
+        if self._captured is not None:
+            self._drop_stale_steps()
             data = data + (self._captured.current(),)
         if self._static is not None:
             key, (params, *data) = self._static.split((params,) + data)

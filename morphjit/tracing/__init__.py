@@ -10,4 +10,4 @@ from .tracer import (LEAF_TRACERS as LEAF_TRACERS, SUPPORTED_DTYPES as SUPPORTED
                      concrete_value_error as concrete_value_error)
 from .function import trace as trace
 from .state import StateWrites as StateWrites
-from .twice import FrozenValueError as FrozenValueError, trace_twice as trace_twice
+from .twice import FrozenValueError as FrozenValueError, is_user_code as is_user_code, trace_twice as trace_twice

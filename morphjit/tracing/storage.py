@@ -44,11 +44,15 @@ class Storage:
     None for an array the function made, else what a write into it is refused as."""
 
     __slots__ = ("trace", "value", "known", "version", "origin", "layout", "views", "unwritten", "made",
-                 "__weakref__")
+                 "captured", "__weakref__")
 
-    def __init__(self, trace, value, origin: str | None = None, layout: str = "C", known: np.ndarray | None = None):
+    def __init__(self, trace, value, origin: str | None = None, layout: str = "C", known: np.ndarray | None = None,
+                 captured: str | None = None):
         self.trace, self.value, self.version, self.origin, self.made = trace, value, 0, origin, None
         self.known = known   # a buffer's NumPy array, until a traced value is written into it
+        # The name of an array the function captures: ``value`` is the program input that holds it on
+        # each call, ``known`` its contents when traced (reading them is noted: `Tracer.concrete`).
+        self.captured = captured
         self.layout = layout   # "C", "F", or "unknown": NumPy made it in an order morphjit does not follow
         self.views = weakref.WeakSet()   # the tracers reading this storage through an ambiguous step
         self.unwritten = None     # np.empty's: True where never written (concrete shapes only)
@@ -58,8 +62,9 @@ class Storage:
         return self.known.shape if self.known is not None else self.value.type.shape
 
     def read(self, view: tuple):
-        """The value of the view ``view`` at the latest version (a constant while it is known)."""
-        if self.known is not None:
+        """The value of the view ``view`` at the latest version (a constant while it is known, but for
+        a captured array, read on each call)."""
+        if self.known is not None and self.captured is None:
             return self.trace.operand(np.array(concrete_view(self.known, view)), lift_literals=False)
         value = self.value
         for step in view:

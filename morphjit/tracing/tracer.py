@@ -28,6 +28,7 @@ class Trace:
         self.producers: dict[int, Binding] = {}   # id(var) -> the binding computing it
         self.exploration = None   # while the function runs: the paths of its tests (`branches`)
         self.global_generator = None   # what NumPy's global draws draw from (`jit.captured`), if traced
+        self.contents_read: set[str] = set()   # the captured arrays whose contents the trace computed with
 
     def bind(self, op_name: str, operands, **params) -> "Tracer":
         """Append one binding; operands are tracers of this trace, literals or NumPy arrays. A
@@ -184,6 +185,17 @@ class Tracer:
         x.storage, x.seen = storage.Storage(trace, None, origin, layout, known=array), -1
         return x
 
+    @classmethod
+    def captured(cls, trace: Trace, name: str, array: np.ndarray, source: "Tracer") -> "Tracer":
+        """The array ``name`` the function captures: NumPy computes with ``array`` (its contents
+        now), traced values read ``source`` (the input holding it on each call); not writable."""
+        x = cls(trace, None)
+        origin = f"the array {name}, which the function captures"
+        x.storage = storage.Storage(trace, source.operand, origin, storage.layout_of(array), known=array,
+                                    captured=name)
+        x.seen = -1
+        return x
+
     def own_storage(self, origin: str | None = None) -> "storage.Storage":
         """The storage this array views, made (with the array its whole view) where it has none."""
         if self.storage is None:
@@ -194,13 +206,22 @@ class Tracer:
     def concrete(self) -> np.ndarray | None:
         """The NumPy view this array is of a buffer that is still known (see `storage.Storage.known`)."""
         s = self.storage
-        return None if s is None or s.known is None else storage.concrete_view(s.known, self.steps)
+        if s is None or s.known is None:
+            return None
+        if s.captured is not None:
+            self.trace.contents_read.add(s.captured)
+        return storage.concrete_view(s.known, self.steps)
 
     def recorded(self) -> "Tracer":
         """This array as a value whose ops are recorded: a known buffer's contents as a constant
-        (NumPy computes the ops of a known buffer without recording them), else itself."""
-        known = self.concrete()
-        return self if known is None else Tracer(self.trace, self.trace.operand(np.array(known), lift_literals=False))
+        (NumPy computes the ops of a known buffer without recording them), a captured array as read
+        on each call, else itself."""
+        s = self.storage
+        if s is None or s.known is None:
+            return self
+        if s.captured is not None:
+            return Tracer(self.trace, s.read(self.steps))
+        return Tracer(self.trace, self.trace.operand(np.array(self.concrete()), lift_literals=False))
 
     def contiguous(self, order: str = "C") -> bool:
         """Whether NumPy's array would be C- (or F-) contiguous, as far as morphjit follows layouts."""

@@ -7,6 +7,7 @@ from .config import vecmath_enabled as vecmath_enabled
 from .errors import (ArgumentError as ArgumentError, ArgumentOverflowError as ArgumentOverflowError,
                      ArgumentWriteError as ArgumentWriteError, DtypeError as DtypeError,
                      IndexingError as IndexingError, LayoutError as LayoutError, MorphjitError as MorphjitError,
+                     RecompileWarning as RecompileWarning,
                      ShapeError as ShapeError, SourceLoc as SourceLoc, TracingError as TracingError,
                      UnsupportedError as UnsupportedError, describe_location as describe_location,
                      inside_package as inside_package,

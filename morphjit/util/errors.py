@@ -68,6 +68,10 @@ class UnsupportedError(MorphjitError, NotImplementedError):
     """A NumPy function or construct that morphjit has no rule for."""
 
 
+class RecompileWarning(UserWarning):
+    """A compiled function compiles again for a reason the user may want to remove."""
+
+
 class ArgumentWriteError(UnsupportedError):
     """A write, inside the traced function, into an argument or a NumPy array from outside it:
     a compiled function never changes what it was given."""

@@ -225,8 +225,12 @@ def test_a_traced_value_left_in_a_bound_methods_object_is_refused_with_the_hint(
         def loss(self, x):
             self.cache = x @ self.W
             return np.sum(self.cache)
-    with pytest.raises(TracingError, match="an object passed as an argument"):
+    with pytest.raises(TracingError, match=r"self\.cache, which it captures.*compile Model\.loss, which takes "
+                                           r"the object as its first argument"):
         mj.compile(Model().loss, backend="interp")(np.ones((2, 3)))
+    model = Model()
+    assert mj.compile(Model.loss, backend="interp")(model, np.ones((2, 3))) == 12.0
+    np.testing.assert_array_equal(model.cache, np.full((2, 2), 3.0))
 
 
 class Bag:
