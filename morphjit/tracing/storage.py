@@ -47,11 +47,12 @@ class Storage:
                  "captured", "__weakref__")
 
     def __init__(self, trace, value, origin: str | None = None, layout: str = "C", known: np.ndarray | None = None,
-                 captured: str | None = None):
+                 captured: frozenset[str] | None = None):
         self.trace, self.value, self.version, self.origin, self.made = trace, value, 0, origin, None
         self.known = known   # a buffer's NumPy array, until a traced value is written into it
-        # The name of an array the function captures: ``value`` is the program input that holds it on
-        # each call, ``known`` its contents when traced (reading them is noted: `Tracer.concrete`).
+        # The names of the arrays the function captures that a known buffer is computed from: ``value``
+        # is then the traced value read on each call, ``known`` its contents when traced (Python
+        # reading them is noted: `Tracer.concrete`).
         self.captured = captured
         self.layout = layout   # "C", "F", or "unknown": NumPy made it in an order morphjit does not follow
         self.views = weakref.WeakSet()   # the tracers reading this storage through an ambiguous step
@@ -75,7 +76,9 @@ class Storage:
         """Make ``value`` (the view's new value, of its shape and the storage's dtype) the view's
         contents: a new version of the whole storage."""
         if self.known is not None:      # a traced value written into a buffer: it is traced from now on
-            self.value, self.known = self.trace.operand(np.array(self.known), lift_literals=False), None
+            if self.captured is None:
+                self.value = self.trace.operand(np.array(self.known), lift_literals=False)
+            self.known = None
         for k in reversed(range(len(view))):
             value = self._unstep(view, k, value)
         self.value = value
@@ -92,7 +95,11 @@ class Storage:
         return record("update_slice", [self.read(view[:k]), value], params)
 
     def write_known(self, view: tuple, key, value) -> None:
-        """NumPy's ``view[key] = value`` into a buffer that is still known, with concrete ``value``."""
+        """NumPy's ``view[key] = value`` into a buffer that is still known, with concrete ``value`` (a
+        buffer computed from captured arrays is then a constant: its contents count as read)."""
+        if self.captured is not None:
+            self.trace.contents_read.update(self.captured)
+            self.captured = None
         concrete_view(self.known, view)[key] = value
         self.version += 1
 

@@ -37,8 +37,14 @@ class Trace:
             raise escaped_tracer_error()
         op = OPS[op_name]
         known = None if symbolic(params) else self._known_operands(operands, read=op.kind != VIEW)
-        if known is not None:
-            return self._computed(op_name, op, operands, known, params)
+        if known is None:
+            return self._recorded(op_name, op, operands, params)
+        sources = None if op.kind == VIEW else captured_sources(operands)
+        if sources:
+            return self._derived(op_name, op, operands, known, params, sources)
+        return self._computed(op_name, op, operands, known, params)
+
+    def _recorded(self, op_name: str, op, operands, params: dict) -> "Tracer":
         inputs = [self.operand(x, lift_literals=op.kind != ELEMENTWISE, read=op.kind != VIEW) for x in operands]
         frozen = params_of(params)
         if op.kind == ELEMENTWISE and inputs and all(isinstance(x, Lit) for x in inputs):
@@ -110,8 +116,8 @@ class Trace:
         for x in tracers:
             if read and x.storage.unwritten is not None:
                 x.storage.check_written(x.steps)
-        return [x.concrete() if isinstance(x, Tracer) else np.asarray(x.value, x.dtype) if isinstance(x, Lit) else x
-                for x in operands]
+        return [storage.concrete_view(x.storage.known, x.steps) if isinstance(x, Tracer)
+                else np.asarray(x.value, x.dtype) if isinstance(x, Lit) else x for x in operands]
 
     def _computed(self, op_name: str, op, operands, values: list, params: dict):
         """An op of known buffers, computed as NumPy would: a view of a buffer is a view of it (which
@@ -123,6 +129,19 @@ class Trace:
                 out.seen = -1
                 return out
         return Tracer.buffer(self, np.asarray(op.impl(*values, **params)))
+
+    def _derived(self, op_name: str, op, operands, values: list, params: dict, sources: frozenset) -> "Tracer":
+        """An op of known buffers some of which are computed from captured arrays: NumPy's value,
+        known while tracing, and the op recorded on the arrays as read on each call."""
+        value = np.asarray(op.impl(*values, **params))
+        try:
+            out = self._recorded(op_name, op, operands, params)
+        except MorphjitError:     # NumPy computes what the step cannot: the step holds for the contents
+            self.contents_read.update(sources)
+            return Tracer.buffer(self, value)
+        out.storage = storage.Storage(self, out.operand, None, storage.layout_of(value), known=value, captured=sources)
+        out.seen = -1
+        return out
 
     @staticmethod
     def _fold(op_name: str, inputs: list[Lit], params: dict) -> Lit:
@@ -137,6 +156,12 @@ def fortran_operands(operands, shape) -> bool:
     full = [x for x in operands if isinstance(x, (Tracer, np.ndarray)) and tuple(x.shape) == tuple(shape)]
     return len(shape) >= 2 and bool(full) and all(
         x.contiguous("F") if isinstance(x, Tracer) else storage.layout_of(x) == "F" for x in full)
+
+
+def captured_sources(operands) -> frozenset[str]:
+    """The captured arrays the known buffers among ``operands`` are computed from."""
+    return frozenset().union(*(x.storage.captured for x in operands
+                               if isinstance(x, Tracer) and x.storage.captured is not None))
 
 
 def symbolic(params: dict) -> bool:
@@ -192,7 +217,7 @@ class Tracer:
         x = cls(trace, None)
         origin = f"the array {name}, which the function captures"
         x.storage = storage.Storage(trace, source.operand, origin, storage.layout_of(array), known=array,
-                                    captured=name)
+                                    captured=frozenset({name}))
         x.seen = -1
         return x
 
@@ -209,7 +234,7 @@ class Tracer:
         if s is None or s.known is None:
             return None
         if s.captured is not None:
-            self.trace.contents_read.add(s.captured)
+            self.trace.contents_read.update(s.captured)
         return storage.concrete_view(s.known, self.steps)
 
     def recorded(self) -> "Tracer":

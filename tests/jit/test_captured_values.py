@@ -204,3 +204,215 @@ def test_a_zero_dimensional_array_changed_in_place_compiles_again():
     temperature[...] = 4.0
     with pytest.warns(mj.RecompileWarning, match="temperature"):
         assert step(np.ones(3)) == 0.75
+
+
+CENTRES = np.array([[0.0, 1.0], [1.0, 0.0]])
+NESTED = {"layers": [{"W": np.ones((2, 2))}, {"W": np.eye(2)}], "bias": np.zeros(2)}
+
+
+def _distances(x):
+    """A helper of the loss that reads a global the loss does not name."""
+    return np.sum((x[:, None, :] - CENTRES[None]) ** 2, axis=-1)
+
+
+def _helper_loss(w, x):
+    return np.sum(_softmin(w * _distances(x)))
+
+
+def _softmin(d):
+    return -np.log(np.sum(np.exp(-d), axis=1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_globals_of_the_functions_a_function_calls_are_read_on_each_call(backend):
+    global CENTRES
+    saved = CENTRES
+    x, w = np.linspace(-1, 1, 8).reshape(4, 2), np.array([[1.0, 2.0]])
+    step = mj.compile_loss(_helper_loss, backend=backend)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", mj.RecompileWarning)
+            for change in ("none", "in place", "rebound"):
+                if change == "in place":
+                    CENTRES *= -2.0
+                elif change == "rebound":
+                    CENTRES = np.array([[3.0, -1.0], [0.5, 0.5]])
+                value, grad = step(w, x)
+                assert value == pytest.approx(_helper_loss(w, x), rel=1e-12)
+                np.testing.assert_allclose(grad, central_difference(lambda v: _helper_loss(v, x), w), rtol=1e-6, atol=1e-6)
+        assert step.cache_info().misses == 1
+    finally:
+        CENTRES = saved
+        CENTRES[:] = [[0.0, 1.0], [1.0, 0.0]]
+
+
+def test_a_helper_in_the_closure_and_its_own_closure_are_followed_and_names_kept_apart():
+    table = np.arange(4.0)          # a global of this name would be another value: kept apart
+
+    def make(scale):
+        table = np.full(4, scale)   # the helper's own closure variable, not the loss's
+
+        def helper(x):
+            return x * table
+
+        def loss(x):
+            return np.sum(helper(x)) + np.sum(x * outer)
+        return loss, table
+    outer = np.ones(4)
+    loss, inner = make(2.0)
+    step = mj.compile(loss, backend="interp")
+    x = np.array([1.0, -1.0, 0.5, 2.0])
+    assert step(x) == loss(x)
+    inner[1] = 10.0
+    outer[2] = -3.0
+    assert step(x) == pytest.approx(loss(x), rel=1e-12)
+    assert table[0] == 0.0 and step.cache_info().misses == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_arrays_deeper_in_containers_and_objects_are_read_on_each_call(backend):
+    class Dense:
+        def __init__(self, n):
+            self.W = np.eye(n) * 0.5
+
+    class Net:
+        def __init__(self):
+            self.layers = [Dense(2), Dense(2)]
+            self.config = {"shift": np.ones(2)}
+
+        def predict(self, x):
+            for layer in self.layers:
+                x = np.tanh(x @ layer.W)
+            return np.sum(x + self.config["shift"]) + np.sum(NESTED["layers"][1]["W"])
+
+    net, x = Net(), np.linspace(-1, 1, 6).reshape(3, 2)
+    predict = mj.compile(net.predict, backend=backend)
+    for k in range(3):
+        assert predict(x) == pytest.approx(net.predict(x), rel=1e-12)
+        net.layers[1].W -= 0.25              # two containers down: changed in place
+        net.config["shift"] = net.config["shift"] * 2
+        NESTED["layers"][1]["W"] = np.full((2, 2), float(k))
+    assert predict.cache_info().misses == 1
+    NESTED["layers"][1]["W"] = np.eye(2)
+
+
+def test_a_helper_drawing_from_numpys_global_generator_draws_anew_each_call():
+    def noise(n):
+        return np.random.randn(n)
+
+    def loss(x):
+        return np.sum(x * noise(3))
+    step = mj.compile(loss, backend="interp")
+    np.random.seed(1)
+    first = step(np.ones(3))
+    second = step(np.ones(3))
+    np.random.seed(1)
+    assert step(np.ones(3)) == first and first != second
+
+
+def test_a_write_into_a_container_a_helper_captures_is_refused():
+    memo = {"runs": [np.zeros(2)]}
+
+    def remember(x):
+        memo["runs"][0] = x
+        return x
+
+    def loss(x):
+        return np.sum(remember(x) ** 2)
+    with pytest.raises(TracingError, match=r"writes into memo\['runs'\]\[0\], which it captures"):
+        mj.compile(loss, backend="interp")(np.ones(2))
+
+
+class _Holder:
+    pass
+
+
+def _nested(kinds, leaf):
+    """A container of the ``kinds`` (outermost first) with ``leaf`` at its entry 0 (or ``"v"``)."""
+    for kind in reversed(kinds):
+        if kind == "dict":
+            leaf = {"v": leaf, "other": 1.0}
+        elif kind == "list":
+            leaf = [leaf, np.zeros(1)]
+        else:
+            holder = _Holder()
+            holder.v = leaf
+            leaf = holder
+    return leaf
+
+
+def _leaf(value, kinds):
+    for kind in kinds:
+        value = value["v"] if kind == "dict" else value[0] if kind == "list" else value.v
+    return value
+
+
+@pytest.mark.filterwarnings("ignore::morphjit.RecompileWarning")
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(["dict", "list", "object"]), min_size=0, max_size=3),
+       st.lists(st.tuples(st.sampled_from(["in place", "rebind leaf", "rebind root", "element"]),
+                          st.floats(-2, 2).filter(lambda c: abs(c) > 0.1)), min_size=1, max_size=5),
+       st.booleans())
+def test_random_nestings_and_changes_are_seen_as_numpy_sees_them(kinds, events, through_helper):
+    box = [_nested(kinds, np.arange(1.0, 4.0))]
+
+    def read():
+        return _leaf(box[0], kinds)
+
+    def loss(x):
+        return np.sum(x * (read() if through_helper else _leaf(box[0], kinds)))
+    step = mj.compile(loss, backend="interp")
+    x = np.array([0.5, -1.0, 2.0])
+    for event, c in events:
+        if event == "in place":
+            _leaf(box[0], kinds)[...] *= c
+        elif event == "element":
+            _leaf(box[0], kinds)[1] = c
+        elif event == "rebind root":
+            box[0] = _nested(kinds, np.full(3, c))
+        elif kinds:
+            parent = _leaf(box[0], kinds[:-1])
+            if kinds[-1] == "object":
+                parent.v = np.full(3, c)
+            else:
+                parent[0 if kinds[-1] == "list" else "v"] = np.full(3, c)
+        else:
+            box[0] = np.full(3, c)
+        assert step(x) == pytest.approx(loss(x), rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_what_numpy_computes_from_a_captured_array_alone_is_read_on_each_call(backend):
+    data = np.linspace(0.0, 1.0, 6).reshape(3, 2)
+
+    def loss(w, write):
+        centred = data - np.mean(data, axis=0)    # NumPy's arrays while traced, recomputed on each call
+        scaled = centred.T * 2.0
+        if write:
+            scaled[0] = 1.0      # known values written into such an array: the step holds for its contents
+        return np.sum((centred @ w) ** 2) + np.sum(scaled[1:] * w[0]) + np.sum(scaled[0])
+    w = np.array([0.5, -1.0])
+    for write in (False, True):
+        step = mj.compile_loss(loss, backend=backend, static_argnums=1)
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always", mj.RecompileWarning)
+            for k in range(3):
+                value, grad = step(w, write)
+                assert value == pytest.approx(loss(w, write), rel=1e-12)
+                np.testing.assert_allclose(grad, central_difference(lambda v: loss(v, write), w), rtol=1e-6, atol=1e-6)
+                data[:, 1] *= k + 2.0
+        assert len([r for r in record if r.category is mj.RecompileWarning]) == (2 if write else 0)
+
+
+def test_a_value_python_reads_from_an_array_computed_from_a_captured_one_compiles_again():
+    data = np.array([1.0, 3.0, 2.0])
+
+    def loss(x):
+        top = int(np.argmax(data * 2.0))          # Python reads a value NumPy computed from it
+        return np.sum(x[top:] * data[top:])
+    step = mj.compile(loss, backend="interp")
+    x = np.array([1.0, 2.0, 4.0])
+    assert step(x) == loss(x)
+    data[2] = 9.0
+    with pytest.warns(mj.RecompileWarning, match="data, which it captures"):
+        assert step(x) == loss(x)
