@@ -280,6 +280,8 @@ class Tracer:
         return self.shape[0]
 
     def __iter__(self):
+        if not self.shape and self.dtype.kind in "iu":   # NumPy iterates over what it takes for a shape
+            raise concrete_value_error("a shape, a length or a count", "shapes are static: use x.shape", self)
         if not self.shape:
             raise TypeError("iteration over a 0-d traced array")
         return self._rows()
@@ -295,22 +297,22 @@ class Tracer:
             return bool(self.concrete())
         if self.trace.exploration is not None:
             return self.trace.exploration.decide(self)
-        raise concrete_value_error("bool() or an `if`/`while` test", "use mj.where(cond, a, b) instead")
+        raise concrete_value_error("bool() or an `if`/`while` test", "use mj.where(cond, a, b) instead", self)
 
     def __float__(self):
         if self.concrete() is not None:
             return float(self.concrete())
-        raise numpy_write_error() or concrete_value_error("float()", "keep the value as an array")
+        raise numpy_write_error() or concrete_value_error("float()", "keep the value as an array", self)
 
     def __int__(self):
         if self.concrete() is not None:
             return int(self.concrete())
-        raise concrete_value_error("int()", "shapes are static: use x.shape")
+        raise concrete_value_error("int()", "shapes are static: use x.shape", self)
 
     def __index__(self):
         if self.concrete() is not None:
             return self.concrete().__index__()
-        raise concrete_value_error("an index", "shapes are static: use x.shape")
+        raise concrete_value_error("an index", "shapes are static: use x.shape", self)
 
     def __hash__(self):
         return id(self)
@@ -333,9 +335,39 @@ def numpy_write_error() -> UnsupportedError | None:
                             "into that", loc)
 
 
-def concrete_value_error(what: str, hint: str) -> TracingError:
+def concrete_value_error(what: str, hint: str, x: Tracer | None = None) -> TracingError:
+    """The error of Python asking the traced ``x`` for its value."""
     return TracingError(f"{what} needs a concrete value, but this array is traced: its value is only "
-                        f"known when the compiled step runs; {hint}", user_location())
+                        f"known when the compiled step runs; {hint}{static_hint([x])}", user_location())
+
+
+def static_hint(values) -> str:
+    """How to compile a step for each value of the few arguments the traced ``values`` are computed
+    from ("" where there are none or many)."""
+    arguments = sorted(set().union(*(argument_sources(x) for x in values if isinstance(x, Tracer))))
+    if not arguments or len(arguments) > 3:
+        return ""
+    static = repr(arguments[0]) if len(arguments) == 1 else repr(tuple(arguments))
+    how = (f"mark {'it' if len(arguments) == 1 else 'them'} static (static_argnames={static})"
+           if all(a.isidentifier() for a in arguments)
+           else "pass it as an argument of its own, marked static (static_argnames=...)")
+    return (f"; or, as it is computed from the argument{'s' * (len(arguments) > 1)} {', '.join(arguments)}, "
+            f"{how} to compile a step for each value")
+
+
+def argument_sources(x: Tracer, limit: int = 256) -> set[str]:
+    """The paths of the arguments the traced ``x`` is computed from (looking at ``limit`` values)."""
+    t, found, seen, todo = x.trace, set(), set(), [x.operand]
+    while todo and len(seen) < limit:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if t.paths.get(id(v)):
+            found.add(t.paths[id(v)])
+        elif id(v) in t.producers:
+            todo.extend(i for i in t.producers[id(v)].inputs if isinstance(i, Var))
+    return found
 
 
 # ---------------------------------------------------------------------------------------------

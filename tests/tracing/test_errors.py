@@ -228,6 +228,18 @@ def bitwise_on_floats(x):
     return x & x  # <- error
 
 
+def shape_from_an_argument(x, n):
+    return x * np.ones(n + 1)  # <- error
+
+
+def slice_to_an_argument(x, n):
+    return x[:n]  # <- error
+
+
+def shape_from_an_entry(x, config):
+    return x * np.zeros(config["width"])  # <- error
+
+
 ERRORS = [
     # (function, arguments, error type, words the message must contain)
     (broadcast_add, (X,), mj.ShapeError, ["add", "(4, 3)", "(4, 2)", "broadcast"]),
@@ -274,6 +286,9 @@ ERRORS = [
     (unsupported_captured_dtype, (X[:, :3],), mj.DtypeError, ["float16"]),
     (integer_power, (X, LABELS), mj.DtypeError, ["power", "integer"]),
     (bitwise_on_floats, (X,), mj.UnsupportedError, ["bitwise_and", "float32"]),
+    (shape_from_an_argument, (X, 2), mj.TracingError, ["a shape", "argument n", "static_argnames='n'"]),
+    (slice_to_an_argument, (X, 2), mj.UnsupportedError, ["extent known", "static_argnames='n'"]),
+    (shape_from_an_entry, (X, {"width": 3}), mj.TracingError, ["a shape", "config['width']", "of its own"]),
 ]
 
 
