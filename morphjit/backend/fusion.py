@@ -8,15 +8,18 @@ inside the reduction loop.
 Cost rule for a value computed more than once per element (it has several consumers, or a
 consumer reads it through a broadcast): it is recomputed while its inlined expression is cheap
 (at most ``RECOMPUTE_LIMIT`` arithmetic ops; each op's ``cost`` in the op table says what it
-counts: a transcendental function or a division counts ``ir.EXPENSIVE``), and materialised once otherwise. Broadcast reads along inner loops are loop
-invariants that LLVM hoists, so cheap ones cost little.
+counts: a transcendental function or a division counts ``ir.EXPENSIVE``), and materialised once
+otherwise. Broadcast reads along inner loops are loop invariants that LLVM hoists, so cheap ones
+cost little. An inlined expression is at most half ``ir.DEPTH_LIMIT`` ops deep (a builtin ``sum``
+of 10,000 terms is a chain of adds): deeper, a value gets a buffer (the rest of the limit is for
+what the loop rewrites compose, `selection.inline_private_stores`).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 
-from ..ir import (ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL, Binding, Program, Var,
-                  is_unit_reshape, magnitude)
+from ..ir import (DEPTH_LIMIT, ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, STRUCTURAL, Binding, Program,
+                  Var, is_unit_reshape, magnitude)
 
 RECOMPUTE_LIMIT = 4
 KERNELS = (MATMUL, REDUCE, STRUCTURAL, LINALG)
@@ -55,6 +58,7 @@ class Fusion:
         self.roots |= {id(b.out) for b in program.bindings if OPS[b.op].kind in KERNELS} | self.aliases
         # Class labels get a buffer, which the plan range-checks before a one-hot reads it.
         self.roots |= {id(b.inputs[0]) for b in program.bindings if b.op == "one_hot"}
+        self._facts: dict[int, tuple[bool, int, int]] = {}   # id(value) -> (reads buffers, cost, depth)
         while self._grow_roots():
             pass
 
@@ -71,11 +75,16 @@ class Fusion:
                 source = self.producer.get(id(x))
                 if source is not None and source.op == "reshape" and not self.is_root(x):
                     self.aliases.add(id(x))  # a reshaped BLAS operand: view it, do not copy it
-                    self.roots.add(id(source.inputs[0]))
-                self.roots.add(id(x))
-            if id(b.out) not in self.roots and self._worth_materialising(b):
-                self.roots.add(id(b.out))
+                    self._add_root(source.inputs[0])
+                self._add_root(x)
+            if id(b.out) not in self.roots and (self._worth_materialising(b) or self._depth(b.out) > DEPTH_LIMIT // 2):
+                self._add_root(b.out)
         return len(self.roots) != before
+
+    def _add_root(self, v: Var) -> None:
+        if id(v) not in self.roots:
+            self.roots.add(id(v))
+            self._facts.clear()
 
     def _needed_buffers(self, b: Binding) -> list[Var]:
         """Operands that must be arrays: BLAS and LAPACK operands, the source of an alias, what an op
@@ -117,15 +126,36 @@ class Fusion:
         return v
 
     def reads_buffers(self, v: Var) -> bool:
-        if self.is_root(v):
-            return True
-        b = self.producer[id(v)]
-        return OPS[b.op].kind != SOURCE and any(self.reads_buffers(x) for x in b.inputs if isinstance(x, Var))
+        """Whether recomputing ``v`` reads a buffer (else it is a constant expression)."""
+        return self._facts_of(v)[0]
 
     def cost(self, v: Var) -> int:
         """Arithmetic ops needed to recompute one element of ``v`` from buffers."""
-        if self.is_root(v):
-            return 0
-        b = self.producer[id(v)]
-        own = OPS[b.op].cost if OPS[b.op].kind == ELEMENTWISE else 0
-        return own + sum(self.cost(x) for x in b.inputs if isinstance(x, Var))
+        return self._facts_of(v)[1]
+
+    def _depth(self, v: Var) -> int:
+        """How many ops deep ``v``'s inlined expression is."""
+        return self._facts_of(v)[2]
+
+    def _facts_of(self, v: Var) -> tuple[bool, int, int]:
+        """`reads_buffers`, `cost` and `_depth` of ``v``, found without recursion (memoised until
+        the roots change)."""
+        facts, stack = self._facts, [v]
+        while stack:
+            x = stack[-1]
+            if id(x) in facts:
+                stack.pop()
+            elif self.is_root(x):
+                facts[id(x)] = (True, 0, 0)
+            else:
+                b = self.producer[id(x)]
+                inputs = [i for i in b.inputs if isinstance(i, Var)]
+                missing = [i for i in inputs if id(i) not in facts]
+                if missing:
+                    stack.extend(missing)
+                    continue
+                own = OPS[b.op].cost if OPS[b.op].kind == ELEMENTWISE else 0
+                found = [facts[id(i)] for i in inputs]
+                facts[id(x)] = (OPS[b.op].kind != SOURCE and any(f[0] for f in found),
+                                own + sum(f[1] for f in found), 1 + max((f[2] for f in found), default=0))
+        return facts[id(v)]

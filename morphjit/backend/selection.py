@@ -15,9 +15,9 @@ from __future__ import annotations
 import sys
 from typing import Callable
 
-from ..ir import (ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, VIEW, Accumulate, Alias, Apply, Const, Gemm,
-                  IndexMap, Lapack, Lit, Load, Namer, Nest, Program, RowNest, Store, TensorType, Var,
-                  broadcast_map, describe_instructions, loads, loop, replace_loads, same_row)
+from ..ir import (DEPTH_LIMIT, ELEMENTWISE, LINALG, MATMUL, OPS, REDUCE, SOURCE, VIEW, Accumulate, Alias, Apply, Const,
+                  Gemm, IndexMap, Lapack, Lit, Load, Namer, Nest, Program, RowNest, Store, TensorType, Var,
+                  broadcast_map, depth, describe_instructions, loads, loop, replace_loads, same_row)
 from ..native import vecmath
 from ..util import config
 from .fusion import Fusion, blas_transpose_source
@@ -203,7 +203,8 @@ def can_merge(first: Nest, second: Nest) -> bool:
 
 def inline_private_stores(instructions: list, outputs: set[int]) -> list:
     """A store only its own nest reads (merging made it so) becomes a value of the loop body;
-    not an array stored twice (an update's copy and box, merged), whose last store wins."""
+    not an array stored twice (an update's copy and box, merged), whose last store wins, nor one
+    whose readers would be more than `ir.DEPTH_LIMIT` deep."""
     read_elsewhere = {id(v) for ins in instructions for v in ins.reads()} | outputs
     for ins in instructions:
         if isinstance(ins, Nest):
@@ -214,14 +215,25 @@ def inline_private_stores(instructions: list, outputs: set[int]) -> list:
         if not isinstance(ins, Nest) or not ins.domain:
             result.append(ins)
             continue
-        stores, accumulations = list(ins.stores), list(ins.accumulations)
-        while private := next((s for s in stores if id(s.out) not in read_elsewhere), None):
+        stores, accumulations, depths = list(ins.stores), list(ins.accumulations), {}
+        while private := next((s for s in stores if id(s.out) not in read_elsewhere
+                               and _inlined_depth(s, stores, accumulations, depths) <= DEPTH_LIMIT), None):
             stores = [Store(s.out, s.out_map, replace_loads(s.expr, private.out, private.expr))
                       for s in stores if s is not private]
             accumulations = [Accumulate(a.out, a.op, a.axes, replace_loads(a.expr, private.out, private.expr),
                                         replace_loads(a.finish, private.out, private.expr)) for a in accumulations]
         result.append(Nest(ins.domain, tuple(stores), tuple(accumulations)))
     return result
+
+
+def _inlined_depth(private: Store, stores: list, accumulations: list, memo: dict) -> int:
+    """How deep, at most, the nest's expressions would be with ``private`` inlined (``memo``: the
+    depths of the nest's expressions found so far, by id, with the expression kept alive)."""
+    exprs = [s.expr for s in stores] + [e for a in accumulations for e in (a.expr, a.finish)]
+    for e in exprs:
+        if id(e) not in memo:
+            memo[id(e)] = (e, depth(e))
+    return memo[id(private.expr)][1] + max(memo[id(e)][1] for e in exprs)
 
 
 def fuse_rows(instructions: list, outputs: set[int]) -> list:

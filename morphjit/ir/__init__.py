@@ -7,7 +7,8 @@ from .index import (IndexMap as IndexMap, broadcast_map as broadcast_map, elemen
                     is_unit_reshape as is_unit_reshape, loop_vars as loop_vars, slice_map as slice_map,
                     transpose_map as transpose_map, unit_reshape_map as unit_reshape_map)
 from .literals import Constants as Constants, literal as literal
-from .loops import (Acc as Acc, Accumulate as Accumulate, Alias as Alias, Apply as Apply, Const as Const,
+from .loops import (DEPTH_LIMIT as DEPTH_LIMIT, Acc as Acc, Accumulate as Accumulate, Alias as Alias, Apply as Apply,
+                    Const as Const, depth as depth,
                     Gather as Gather, Gemm as Gemm, Instruction as Instruction, Lapack as Lapack, Load as Load,
                     Nest as Nest, OneHot as OneHot, Position as Position, Random as Random,
                     RangeCheck as RangeCheck, RowNest as RowNest, Scatter as Scatter, Store as Store,

@@ -142,6 +142,17 @@ class Position(Leaf):
 Expr = Union[Load, Gather, Const, Acc, Apply, OneHot, Position, Random]
 
 
+DEPTH_LIMIT = 64   # nodes nested in one another in an expression, at most: the walks of expressions recurse
+
+
+def depth(expr, memo: dict | None = None) -> int:
+    """How many nodes deep ``expr`` is."""
+    memo = {} if memo is None else memo
+    if id(expr) not in memo:
+        memo[id(expr)] = 1 + max((depth(c, memo) for c in expr.children()), default=0)
+    return memo[id(expr)]
+
+
 def walk(expr, seen=None) -> Iterator:
     """Every node of ``expr`` once, parents before children (a body is a DAG: once per path to a
     node would be exponentially many)."""

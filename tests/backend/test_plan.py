@@ -1,7 +1,7 @@
 """The replay plan: invariants of the buffer planner, its meaning on the plan executor, its effect."""
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import morphjit as mj
 from morphjit.backend.memory import storage, writes_reach_one_pointer
@@ -11,6 +11,7 @@ from morphjit.backend import make_plan
 
 from support.models import MODELS
 from support.strategies import random_programs
+from support.gradcheck import central_difference
 from support.plans import check_plan_invariants, kernel_arrays
 
 
@@ -305,3 +306,74 @@ def test_a_computed_index_stays_a_buffer_its_range_check_reads(backend):
         picked(x, 4)
     checks = [line for line in str(make_plan(mj.trace(fn, x, np.int64(1)))).splitlines() if "check" in line]
     assert checks and not any("?" in line for line in checks), checks   # '?': a value no instruction writes
+
+
+def _builtin_sum_of_squares(v):
+    return sum(v * v)          # a chain of 1,500 adds of gathered elements
+
+
+def _long_elementwise_chain(x):
+    for _ in range(1500):
+        x = np.sin(x) * 1.0001
+    return np.sum(x)
+
+
+def _unrolled_rnn(p, xs):
+    h = np.zeros((xs.shape[0], p["Wh"].shape[0]))
+    for t in range(xs.shape[1]):
+        h = np.tanh(xs[:, t] @ p["Wx"] + h @ p["Wh"])
+    return np.sum(h ** 2)
+
+
+def _long_program_cases():
+    """name -> (function, its arguments, the argument differentiated, the backend)."""
+    rng = np.random.default_rng(3)
+    rnn = ({"Wx": rng.standard_normal((3, 4)) * 0.3, "Wh": rng.standard_normal((4, 4)) * 0.3},
+           rng.standard_normal((2, 400, 3)))
+    return {"builtin sum": (_builtin_sum_of_squares, (np.linspace(-1, 1, 1500),), "numba"),
+            "element-wise chain": (_long_elementwise_chain, (np.linspace(0, 1, 5),), "interp"),
+            "unrolled rnn": (_unrolled_rnn, rnn, "interp")}
+
+
+@pytest.mark.parametrize("case", sorted(_long_program_cases()))
+def test_programs_longer_than_pythons_recursion_limit_compile(case):
+    """Each was a RecursionError (fusion's walks, the loop-IR hash); the values and gradients are
+    NumPy's run of the same code and its central differences."""
+    fn, args, backend = _long_program_cases()[case]
+    plan = compile_plan(mj.grad_program(fn, *args))
+    check_plan_invariants(plan)       # no loop body deeper than ir.DEPTH_LIMIT
+    value, grad = mj.compile_loss(fn, backend=backend)(*args)
+    assert value == pytest.approx(fn(*args), rel=1e-10)
+    if case == "unrolled rnn":
+        grad, numeric = grad["Wh"], central_difference(lambda w: fn({**args[0], "Wh": w}, args[1]), args[0]["Wh"])
+    elif case == "builtin sum":
+        numeric = 2 * args[0]
+    else:
+        numeric = central_difference(fn, args[0])
+    np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-7)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["sin", "tanh", "add", "mul", "sub", "exp"]), st.integers(0, 3)),
+                min_size=65, max_size=220))
+def test_deep_element_wise_programs_are_cut_into_expressions_the_walks_can_take(ops):
+    """Random element-wise programs deeper than ``ir.DEPTH_LIMIT``, each op reading the last value
+    and one of the few before it: the plan keeps every body within the limit and computes what the
+    program does."""
+    def fn(x):
+        values = [x, x * 0.5]
+        for name, back in ops:
+            last, other = values[-1], values[-1 - min(back, len(values) - 1)]
+            if name in ("sin", "tanh"):
+                values.append(getattr(np, name)(last))
+            elif name == "exp":
+                values.append(np.exp(-np.abs(last)))
+            else:
+                values.append({"add": np.add, "mul": np.multiply, "sub": np.subtract}[name](last, other) * 0.5)
+        return np.sum(values[-1])
+    x = np.linspace(-1, 1, 6)
+    joint = mj.grad_program(fn, x)
+    plan = compile_plan(joint)
+    check_plan_invariants(plan)
+    for a, e in zip(run_plan(plan, x), mj.run(joint, x)):
+        np.testing.assert_allclose(a, e, rtol=1e-9, atol=1e-12)

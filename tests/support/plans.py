@@ -2,11 +2,12 @@
 from morphjit.backend.codegen.kernel import KernelWriter
 from morphjit.backend.codegen.step import StepWriter, in_kernel
 from morphjit.backend.memory import writes_reach_one_pointer
-from morphjit.ir import Alias
+from morphjit.ir import DEPTH_LIMIT, Alias, depth
 
 
 def check_plan_invariants(plan) -> None:
-    """Reads follow writes; live values never share a slot (but for in-place loops); outputs are private."""
+    """Reads follow writes; live values never share a slot (but for in-place loops); outputs are
+    private; no loop body is deeper than `ir.DEPTH_LIMIT`."""
     defined = {id(v) for v in plan.inputs} | {id(v) for v, _ in plan.consts}
     first_write, last_touch = {}, {}
     for t, ins in enumerate(plan.instructions):
@@ -35,6 +36,9 @@ def check_plan_invariants(plan) -> None:
             assert handover, f"two live values share slot {slot} (lifetimes {a_start}-{a_end} and {b_start}-{b_end})"
     for s in plan.slots:
         assert s.size >= 1
+    for nest in (n for ins in plan.instructions for n in ins.nests()):
+        for e in [s.expr for s in nest.stores] + [e for a in nest.accumulations for e in (a.expr, a.finish)]:
+            assert depth(e) <= DEPTH_LIMIT, f"an expression {depth(e)} deep (walks of it recurse)"
     for ins, arrays in kernel_arrays(plan):
         assert writes_reach_one_pointer(plan, ins, arrays), f"a kernel writes memory two of its pointers reach: {ins}"
 
