@@ -1,16 +1,20 @@
-"""Command line: ``python -m morphjit cache info|prune|clear``."""
+"""Command line: ``python -m morphjit info`` and ``python -m morphjit cache info|prune|clear``."""
 
 from __future__ import annotations
 
 import argparse
 
 from .cache import cache_dir, cache_info, cache_max_size, clear_cache, parse_size, prune_cache
+from .jit import show_config
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m morphjit",
                                      description="Utilities for the morphjit compiler.")
     commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("info", help="what this process compiles with: versions, CPU, vector math, BLAS, "
+                                     "threads, the cache and the MORPHJIT_* settings (for a bug report)"
+                        ).set_defaults(run=show_config)
     cache_parser = commands.add_parser("cache",
                                        help="inspect, prune or clear the on-disk compile cache",
                                        description=f"Cache directory: {cache_dir()}")

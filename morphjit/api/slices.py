@@ -33,7 +33,7 @@ def slice_positions(k: slice, size):
         raise UnsupportedError(
             "a slice with traced bounds needs an extent known when tracing (a positive integer "
             "step, stop - start at least 0 and not depending on traced values, as in "
-            f"x[i * n:(i + 1) * n]){static_hint([k.start, k.stop, k.step])}", user_location())
+            f"x[i * n:(i + 1) * n]){static_hint([b for b in (k.start, k.stop, k.step) if isinstance(b, Tracer)])}", user_location())
     if isinstance(size, Sym):
         raise Specialize("a slice with traced bounds along the batch axis reads positions of the concrete batch")
     count = len(range(0, extent, step))

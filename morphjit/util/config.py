@@ -29,6 +29,11 @@ import os
 OFF = frozenset({"0", "false", "no", "off"})
 
 
+def settings() -> dict[str, str]:
+    """Every ``MORPHJIT_*`` variable set in the environment, by name."""
+    return {name: value for name, value in sorted(os.environ.items()) if name.startswith("MORPHJIT_")}
+
+
 def setting(name: str) -> str:
     """The value of ``MORPHJIT_<name>``, stripped ('' when unset)."""
     return os.environ.get(f"MORPHJIT_{name}", "").strip()
