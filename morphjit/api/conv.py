@@ -225,27 +225,38 @@ def _direct(xw, x_letters, w, w_letters, out_letters):
     return A.sum(product, axis=tuple(range(len(out_letters), len(full))))
 
 
-def conv1d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, layout="NCW", method="auto"):
-    return conv(x, w, b, nd=1, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                method=method)
+def conv1d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="NCW", method="auto", *, b=None):
+    """1-D convolution as PyTorch's ``conv1d``: ``x`` NCW (or NWC), ``w`` (O, C // groups, k)."""
+    return conv(x, w, _bias_argument(bias, b, "conv1d"), nd=1, stride=stride, padding=padding, dilation=dilation,
+                groups=groups, layout=layout, method=method)
 
 
-def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", method="auto"):
+def conv2d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="NCHW", method="auto", *, b=None):
     """2-D convolution as PyTorch's ``conv2d``: ``x`` NCHW (or NHWC), ``w`` (O, C // groups, kh, kw)."""
-    return conv(x, w, b, nd=2, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                method=method)
+    return conv(x, w, _bias_argument(bias, b, "conv2d"), nd=2, stride=stride, padding=padding, dilation=dilation,
+                groups=groups, layout=layout, method=method)
 
 
-def conv3d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1, layout="NCDHW", method="auto"):
-    return conv(x, w, b, nd=3, stride=stride, padding=padding, dilation=dilation, groups=groups, layout=layout,
-                method=method)
+def conv3d(x, w, bias=None, stride=1, padding=0, dilation=1, groups=1, layout="NCDHW", method="auto", *, b=None):
+    """3-D convolution as PyTorch's ``conv3d``: ``x`` NCDHW (or NDHWC), ``w`` (O, C // groups, kd, kh, kw)."""
+    return conv(x, w, _bias_argument(bias, b, "conv3d"), nd=3, stride=stride, padding=padding, dilation=dilation,
+                groups=groups, layout=layout, method=method)
 
 
-def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, layout="NCHW"):
+def _bias_argument(bias, b, op: str):
+    """The bias, given as PyTorch's ``bias=`` or morphjit's earlier ``b=``."""
+    if bias is not None and b is not None:
+        raise TypeError(f"{op}: both bias= and b= given; they are one argument (bias=, as in PyTorch)")
+    return b if bias is None else bias
+
+
+def conv_transpose2d(x, w, bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1, layout="NCHW",
+                     *, b=None):
     """PyTorch's ``conv_transpose2d`` (the gradient of ``conv2d`` with respect to its input): ``w``
     of shape (C, O // groups, kh, kw). Each input element spreads ``w`` over its window of the
     output: a GEMM, then a scatter-add over the windows, then the padding cropped."""
     op, nd = "conv_transpose2d", 2
+    b = _bias_argument(bias, b, op)
     x, w = A.as_array(x), A.as_array(w)
     channel, spatial = _spatial_axes(layout, nd, op)
     if x.ndim != 4 or w.ndim != 4 or x.shape[channel] != w.shape[0]:
@@ -294,12 +305,17 @@ def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups
 # Pooling
 
 
-def _pool_windows(x, kernel_size, stride, padding, dilation, layout, op, fill):
+def _pool_windows(x, kernel_size, stride, padding, dilation, ceil_mode, layout, op, fill):
+    """``x`` padded (on the right also by what ``ceil_mode`` adds: windows starting inside the
+    input or its left padding, as in PyTorch), its windows, spatial axes, paddings and what
+    ``ceil_mode`` added per spatial axis."""
     nd = 2
     _, spatial = _spatial_axes(layout, nd, op)
     x = A.as_array(x)
     if x.ndim != 4:
         raise ShapeError(f"{op}: expected a 4-d input ({layout}), got shape {x.shape}", user_location())
+    if not isinstance(ceil_mode, (bool, np.bool_)):
+        raise ShapeError(f"{op}: ceil_mode must be True or False, got {ceil_mode!r}", user_location())
     sizes = _ints(op, "kernel_size", kernel_size, nd, 1)
     stride = sizes if stride is None else _ints(op, "stride", stride, nd, 1)
     pads = _ints(op, "padding", padding, nd, 0)
@@ -307,36 +323,64 @@ def _pool_windows(x, kernel_size, stride, padding, dilation, layout, op, fill):
     if any(2 * p > d * (k - 1) + 1 for p, k, d in zip(pads, sizes, dilation)):
         raise ShapeError(f"{op}: padding {pads} must be at most half the kernel size {sizes} (with dilation "
                          f"{dilation}: as in PyTorch)", user_location())
-    _check_fits(op, tuple(x.shape[a] for a in spatial), [(p, p) for p in pads], sizes, dilation)
-    x = padded(x, spatial, [(p, p) for p in pads], fill)
+    extents = tuple(x.shape[a] for a in spatial)
+    _check_fits(op, extents, [(p, p) for p in pads], sizes, dilation)
+    extra = [_ceil_extra(n, k, s, p, d) if ceil_mode else 0
+             for n, k, s, p, d in zip(extents, sizes, stride, pads, dilation)]
+    x = padded(x, spatial, [(p, p + e) for p, e in zip(pads, extra)], fill)
     steps = _per_axis(stride, spatial, x.ndim)
     shape, coeffs = windows(x.shape, spatial, sizes, steps, dilation)
-    return x, shape, coeffs, spatial, pads
+    return x, shape, coeffs, spatial, pads, extra
 
 
-def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, layout="NCHW"):
-    """PyTorch's ``max_pool2d`` (padding reads as -inf). The gradient of each window goes to its
+def _ceil_extra(n: int, k: int, s: int, p: int, d: int) -> int:
+    """The elements past the padded input the last window of PyTorch's ``ceil_mode`` reads: the
+    output extent is rounded up, but the last window must start inside the input or the left
+    padding."""
+    span = d * (k - 1) + 1
+    out = -(-(n + 2 * p - span) // s) + 1
+    if (out - 1) * s >= n + p:
+        out -= 1
+    return max(0, (out - 1) * s + span - (n + 2 * p))
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False,
+               layout="NCHW"):
+    """PyTorch's ``max_pool2d`` (padding reads as -inf; ``ceil_mode`` rounds the output extent up,
+    the last windows reading only what they overlap). The gradient of each window goes to its
     first maximal element in row-major order (a NaN counts as maximal), as in PyTorch."""
-    x, shape, coeffs, _, _ = _pool_windows(x, kernel_size, stride, padding, dilation, layout, "max_pool2d", -np.inf)
+    if return_indices:
+        raise UnsupportedError("max_pool2d: return_indices=True is not supported (the gradient already goes to each "
+                               "window's first maximum); leave it out", user_location())
+    x, shape, coeffs, *_ = _pool_windows(x, kernel_size, stride, padding, dilation, ceil_mode, layout, "max_pool2d",
+                                         -np.inf)
     axes = tuple(range(x.ndim, len(shape)))
     if A.trace_of([x]) is None:
         return np.max(window_values(x, shape, coeffs), axis=axes)
     return A.bind("window_max", [x], shape=shape, coeffs=coeffs, axes=axes)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True, layout="NCHW"):
-    """PyTorch's ``avg_pool2d``: the mean of each window, padding counted as zeros (or, with
-    ``count_include_pad=False``, left out of the count)."""
-    x, shape, coeffs, spatial, pads = _pool_windows(x, kernel_size, stride, padding, 1, layout, "avg_pool2d", 0.0)
+def avg_pool2d(x, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None, layout="NCHW"):
+    """PyTorch's ``avg_pool2d``: the sum of each window over its count, padding counted as zeros
+    (with ``count_include_pad=False``, left out of the count; what ``ceil_mode`` adds past the
+    padding never counts), or over ``divisor_override``."""
+    x, shape, coeffs, spatial, pads, extra = _pool_windows(x, kernel_size, stride, padding, 1, ceil_mode, layout,
+                                                           "avg_pool2d", 0.0)
     axes = tuple(range(x.ndim, len(shape)))
     total = A.sum(window(x, shape, coeffs), axis=axes)
-    if count_include_pad or not any(pads):
+    if divisor_override is not None:
+        if not _is_int(divisor_override) or divisor_override < 1:
+            raise ShapeError(f"avg_pool2d: divisor_override must be a positive int, got {divisor_override!r}",
+                             user_location())
+        return A.multiply(total, 1.0 / int(divisor_override))
+    if not any(extra) and (count_include_pad or not any(pads)):
         return A.multiply(total, 1.0 / math.prod(shape[a] for a in axes))
     inside = np.zeros(tuple(x.shape[a] for a in spatial))
-    inside[tuple(slice(p, n - p) for p, n in zip(pads, inside.shape))] = 1.0
+    counted = (0, 0) if count_include_pad else pads
+    inside[tuple(slice(c, n - e - c) for c, n, e in zip(counted, inside.shape, extra))] = 1.0
     spatial_shape, spatial_coeffs = windows(inside.shape, (0, 1), tuple(shape[a] for a in axes),
                                             tuple(coeffs[a][a] for a in spatial))
     counts = window_values(inside, spatial_shape, spatial_coeffs).sum(axis=(2, 3))
     counts = counts.reshape(counts.shape + (1,)) if spatial[0] == 1 else counts
     return A.divide(total, counts.astype(A.dtype_of(x)))
-

@@ -237,8 +237,8 @@ def test_conv_transpose2d_and_pooling_values_and_gradients():
         terms = [ns.conv_transpose2d(p["x"], p["w"], **opts),
                  ns.conv_transpose2d(p["xg"], p["wg"], stride=2, groups=2),
                  ns.max_pool2d(p["xp"], 3, 2, 1), ns.avg_pool2d(p["xp"], 2, 1, 1),
-                 ns.avg_pool2d(p["xp"], 3, 2, 1, False), ns.max_pool2d(p["xn"], 2, 2, 0, layout="NHWC"),
-                 ns.avg_pool2d(p["xn"], 3, 2, 1, False, layout="NHWC")]
+                 ns.avg_pool2d(p["xp"], 3, 2, 1, count_include_pad=False), ns.max_pool2d(p["xn"], 2, 2, 0, layout="NHWC"),
+                 ns.avg_pool2d(p["xn"], 3, 2, 1, count_include_pad=False, layout="NHWC")]
         return sum(np.sum(t * u) for k, (t, u) in enumerate(zip(terms, us)) if k in picked)
 
     class Ref:
@@ -501,3 +501,74 @@ def test_against_pytorch(name, mine, theirs, shapes, ties):
     np.testing.assert_allclose(value, out.item(), rtol=1e-12)
     for g, t in zip(grads, ts):
         np.testing.assert_allclose(g, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def ref_torch_pool(x, k, s, pad, kind, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """PyTorch's CPU pooling kernels written out: the output extent and, per output element, the
+    window clipped to the input (its padding for the average's count)."""
+    n, c, h, w = x.shape
+
+    def extent(size):
+        out = (size + 2 * pad - k + ((s - 1) if ceil_mode else 0)) // s + 1
+        return out - 1 if ceil_mode and (out - 1) * s >= size + pad else out
+    oh, ow = extent(h), extent(w)
+    out = np.zeros((n, c, oh, ow))
+    for i, j in np.ndindex(oh, ow):
+        h0, w0 = i * s - pad, j * s - pad
+        h1, w1 = min(h0 + k, h + pad), min(w0 + k, w + pad)
+        pool_size = (h1 - h0) * (w1 - w0)
+        h0, w0, h1, w1 = max(h0, 0), max(w0, 0), min(h1, h), min(w1, w)
+        patch = x[:, :, h0:h1, w0:w1]
+        if kind == "max":
+            out[:, :, i, j] = patch.max(axis=(2, 3))
+        else:
+            divisor = divisor_override or (pool_size if count_include_pad else (h1 - h0) * (w1 - w0))
+            out[:, :, i, j] = patch.sum(axis=(2, 3)) / divisor
+    return out
+
+
+POOLS = [("max", dict(k=2, s=2, pad=0, ceil_mode=True)),
+         ("max", dict(k=3, s=2, pad=1, ceil_mode=True)),
+         ("avg", dict(k=2, s=2, pad=1, ceil_mode=True)),    # the last window would start in the padding: dropped
+         ("avg", dict(k=3, s=2, pad=1, ceil_mode=True, count_include_pad=False)),
+         ("avg", dict(k=3, s=2, pad=0, ceil_mode=True, divisor_override=4)),
+         ("avg", dict(k=2, s=3, pad=0, ceil_mode=False, divisor_override=3))]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ceil_mode_and_divisor_override_pool_as_pytorch_does(backend):
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=(2, 2, 7, 8))
+
+    def mj_pool(x, kind, o):
+        keywords = {key: v for key, v in o.items() if key not in ("k", "s", "pad")}
+        pool = mj.max_pool2d if kind == "max" else mj.avg_pool2d
+        return pool(x, o["k"], o["s"], o["pad"], **keywords)
+    us = [rng.normal(size=ref_torch_pool(x, kind=kind, **o).shape) for kind, o in POOLS]
+    floor = [ref_torch_pool(x, kind=kind, **{**o, "ceil_mode": False}).shape for kind, o in POOLS]
+    assert [u.shape != f for u, f in zip(us, floor)] == [True, True, False, True, True, False]
+    step = mj.compile_loss(lambda x, us: sum(np.sum(mj_pool(x, kind, o) * u) for (kind, o), u in zip(POOLS, us)),
+                           backend=backend)
+    value, grad = step(x, us)
+
+    def reference(x):
+        return sum(np.sum(ref_torch_pool(x, kind=kind, **o) * u) for (kind, o), u in zip(POOLS, us))
+    np.testing.assert_allclose(value, reference(x), rtol=1e-12)
+    check_vjp_fd(lambda xs: reference(xs[0]), [x], np.float64(1.0), [grad], rng=rng, what=backend, retries=1)
+
+
+def test_pooling_takes_pytorchs_positional_order_and_conv_takes_bias():
+    rng = np.random.default_rng(9)
+    x, w, b = rng.normal(size=(1, 2, 5, 5)), rng.normal(size=(3, 2, 3, 3)), rng.normal(size=3)
+    np.testing.assert_allclose(mj.avg_pool2d(x, 2, 2, 0, True), ref_torch_pool(x, 2, 2, 0, "avg", ceil_mode=True))
+    np.testing.assert_allclose(mj.max_pool2d(x, 2, 2, 0, 1, True), ref_torch_pool(x, 2, 2, 0, "max", ceil_mode=True))
+    np.testing.assert_allclose(mj.conv2d(x, w, bias=b), ref_conv(x, w, b), rtol=1e-12)
+    np.testing.assert_allclose(mj.conv2d(x, w, b=b), ref_conv(x, w, b), rtol=1e-12)
+    with pytest.raises(TypeError, match="both bias= and b="):
+        mj.conv2d(x, w, b=b, bias=b)
+    with pytest.raises(mj.UnsupportedError, match="return_indices"):
+        mj.max_pool2d(x, 2, return_indices=True)
+    with pytest.raises(mj.ShapeError, match="ceil_mode must be True or False"):
+        mj.max_pool2d(x, 2, ceil_mode="yes")
+    with pytest.raises(mj.ShapeError, match="divisor_override must be a positive int"):
+        mj.avg_pool2d(x, 2, divisor_override=0)
