@@ -21,8 +21,10 @@ originals (`Reach.rebuilt`; a write into a container copied for that is refused)
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
+import types
 import warnings
 
 import numpy as np
@@ -55,9 +57,16 @@ class Captured:
 
     @classmethod
     def of(cls, fn) -> Captured | None:
-        """What ``fn`` captures, or None when it captures nothing of these."""
-        code = getattr(fn, "__code__", None)
-        if code is None or not hasattr(fn, "__globals__") or inside_package(code.co_filename):
+        """What ``fn`` (a function, a bound method, a ``functools.partial`` of one, or an object of
+        a class of the user's with ``__call__``) captures, or None when it captures nothing of these."""
+        if not isinstance(fn, (types.FunctionType, types.MethodType, functools.partial)) and callable(fn):
+            call = getattr(type(fn), "__call__", None)
+            if not isinstance(call, types.FunctionType):
+                return None
+            fn = types.MethodType(call, fn)
+        inner = fn.func if isinstance(fn, functools.partial) else fn
+        code = getattr(getattr(inner, "__func__", inner), "__code__", None)
+        if code is None or inside_package(code.co_filename):
             return None    # morphjit's own wrappers capture nothing of the user's
         found = cls(fn, Reach(fn))
         return found if found.places or found.draws_globally else None
@@ -130,8 +139,9 @@ class Captured:
             self._check_unwritten(copies)
             self._note_held(t)
             return result
-        traced.__name__, traced.__qualname__ = fn.__name__, fn.__qualname__
-        traced.__module__, traced.__doc__ = fn.__module__, fn.__doc__
+        inner = fn.func if isinstance(fn, functools.partial) else fn
+        traced.__name__, traced.__qualname__ = inner.__name__, inner.__qualname__
+        traced.__module__, traced.__doc__ = inner.__module__, inner.__doc__
         traced.__wrapped__ = fn   # errors about the function point at its definition
         traced.takes_captured = True   # its last argument is `current()` (never batched: `jit.checks.arg_spec`)
         parameters = [p for p in inspect.signature(fn).parameters.values()

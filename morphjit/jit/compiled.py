@@ -63,9 +63,9 @@ class Compiled(ShorterSlices, UsesCaptured):
     def __init__(self, fn, backend, cache, static_shapes, static_argnums, static_argnames):
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        self._captured = Captured.of(fn)
         fn = named(fn)
         functools.update_wrapper(self, fn)
-        self._captured = Captured.of(fn)
         if self._captured is not None:
             fn = self._captured.function
         self.fn, self.backend, self.cache, self.static_shapes = fn, backend, cache, static_shapes

@@ -1,8 +1,9 @@
 """What a function reaches without taking it as an argument, and the same function reaching other
 values there.
 
-A function's roots are its closure variables, the globals it loads and, for a bound method, its
-object (``self``), and the same of the functions of the user's it calls through those (its helpers,
+A function's roots are its closure variables, the globals it loads, for a bound method its object
+(``self``; a callable object is its ``__call__``), for a ``functools.partial`` the arguments it
+binds, and the same of the functions of the user's it calls through those (its helpers,
 followed to `HELPERS` functions). A place is a root or an entry in one, followed `DEPTH` containers
 down through dicts, lists, tuples and objects of the user's classes (``params['W']``,
 ``self.layers[0].W``). `Reach.rebuilt` is the function (and its helpers) finding other values at
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dis
+import functools
 import sys
 import types
 from dataclasses import dataclass
@@ -95,8 +97,10 @@ class Reach:
 
     def __init__(self, fn):
         self.fn = fn
-        self.owner = getattr(fn, "__self__", None)
-        self.top = getattr(fn, "__func__", fn)
+        self.partial = fn if isinstance(fn, functools.partial) else None
+        inner = fn.func if self.partial is not None else fn
+        self.owner = getattr(inner, "__self__", None)
+        self.top = getattr(inner, "__func__", inner)
         self.getters: dict[str, object] = {}      # root label -> a function giving its value now
         self._keys: dict[str, tuple] = {}         # root label -> what it is (to tell roots apart)
         self.cells: dict[int, dict[str, str]] = {}           # function id -> {free variable: label}
@@ -104,8 +108,9 @@ class Reach:
         self.functions: list[types.FunctionType] = []        # the function, then its helpers
         if self.owner is not None:
             self._label("self", "self", ("self",), lambda: self.owner)
+        self.bound = self._bound_by_partial()
         draws = seeds = False
-        todo = [self.top]
+        todo = [self.top] if isinstance(self.top, types.FunctionType) else []
         while todo and len(self.functions) < HELPERS:
             f = todo.pop(0)
             if any(f is g for g in self.functions):
@@ -148,10 +153,26 @@ class Reach:
                     namespaces[key][name] = replaced[label]
                 elif id(value) in made and any(value is f for f in self.functions):
                     namespaces[key][name] = made[id(value)]
-        function = made[id(self.top)]
+        function = made.get(id(self.top), self.top)
         if self.owner is not None:
             function = types.MethodType(function, replaced.get("self", self.owner))
+        if self.partial is not None:
+            args = [replaced.get(label, value) for label, value in zip(self.bound[0], self.partial.args)]
+            keywords = {k: replaced.get(self.bound[1][k], v) for k, v in self.partial.keywords.items()}
+            function = functools.partial(function, *args, **keywords)
         return function, copies
+
+    def _bound_by_partial(self) -> tuple[list[str], dict[str, str]]:
+        """Label the arguments a ``functools.partial`` binds (by keyword name, or position): their
+        labels."""
+        if self.partial is None:
+            return [], {}
+        bound = self.partial
+        args = [self._label(f"partial argument {i}", f"partial argument {i}", ("partial", i), lambda i=i: bound.args[i])
+                for i in range(len(bound.args))]
+        keywords = {k: self._label(k, f"partial's {k}", ("partial", k), lambda k=k: bound.keywords.get(k, MISSING))
+                    for k in bound.keywords}
+        return args, keywords
 
     def _closure(self, f, replaced: dict, cells: dict):
         """``f``'s closure in the rebuilt functions: a new cell for a root given another value or

@@ -4,6 +4,7 @@ they are at each call, as NumPy sees them: arrays are read on each call, and a s
 values (numbers, or an array's contents NumPy computed with while tracing) compiles again, with a
 `RecompileWarning`, when they change. The oracle is the same function run by NumPy."""
 import copy
+import functools
 import warnings
 
 import numpy as np
@@ -416,3 +417,36 @@ def test_a_value_python_reads_from_an_array_computed_from_a_captured_one_compile
     data[2] = 9.0
     with pytest.warns(mj.RecompileWarning, match="data, which it captures"):
         assert step(x) == loss(x)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_arrays_a_partial_binds_and_a_callable_objects_attributes_are_read_on_each_call(backend):
+    def loss(X, w, y, reg):
+        return np.sum((X @ w - y) ** 2) + reg * np.sum(w ** 2)
+
+    class Objective:
+        def __init__(self, X, y):
+            self.X, self.y = X, y
+
+        def __call__(self, w):
+            return loss(self.X, w, self.y, 0.0)
+    rng = np.random.default_rng(0)
+    X, y, w = rng.normal(size=(5, 3)), rng.normal(size=5), rng.normal(size=3)
+    objective = Objective(X.copy(), y.copy())
+    bound = functools.partial(loss, X, reg=0.5)           # an array bound by position, a number by name
+    steps = {"partial": (mj.compile_loss(bound, backend=backend), lambda: (w, y)),
+             "object": (mj.compile_loss(objective, backend=backend), lambda: (w,))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", mj.RecompileWarning)
+        for k in range(3):
+            for name, (step, args) in steps.items():
+                oracle = bound if name == "partial" else objective
+                value, grad = step(*args())
+                assert value == pytest.approx(oracle(*args()), rel=1e-12), (name, k)
+                np.testing.assert_allclose(grad, central_difference(lambda v: oracle(v, *args()[1:]), w),
+                                           rtol=1e-6, atol=1e-6)
+            X[k] *= -2.0                                   # changed in place
+            objective.X = objective.X + 1.0                # rebound
+    bound.keywords["reg"] = 2.0                            # a partial's bound number, changed
+    with pytest.warns(mj.RecompileWarning, match="reg, which it captures"):
+        assert steps["partial"][0](w, y)[0] == pytest.approx(bound(w, y), rel=1e-12)
