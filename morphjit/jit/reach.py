@@ -5,8 +5,8 @@ A function's roots are its closure variables, the globals it loads, for a bound 
 (``self``; a callable object is its ``__call__``), for a ``functools.partial`` the arguments it
 binds, and the same of the functions of the user's it calls through those (its helpers,
 followed to `HELPERS` functions). A place is a root or an entry in one, followed `DEPTH` containers
-down through dicts, lists, tuples and objects of the user's classes (``params['W']``,
-``self.layers[0].W``). `Reach.rebuilt` is the function (and its helpers) finding other values at
+down through dicts, lists, tuples, objects of the user's classes and the user's modules
+(``params['W']``, ``self.layers[0].W``, ``settings.W``). `Reach.rebuilt` is the function (and its helpers) finding other values at
 some places: copies of the containers on the way, in copies of the closure cells and globals.
 """
 from __future__ import annotations
@@ -257,6 +257,9 @@ def _with_values(place: Place, value, found: dict, copies: list):
                 for (key, attr), below in entries.items()}
     if type(value) in (list, tuple):
         made = type(value)(replaced.get(k, v) for k, v in enumerate(value))
+    elif isinstance(value, types.ModuleType):
+        made = types.ModuleType(value.__name__)
+        vars(made).update({**vars(value), **replaced})
     else:
         made = copy.copy(value)
         (made if type(value) is dict else vars(made)).update(replaced)
@@ -287,6 +290,8 @@ def _entries(value) -> list[tuple]:
         items = [(k, v, False) for k, v in enumerate(value)]
     elif pytree.is_plain_object(value) and _users(type(value)):
         items = [(k, v, True) for k, v in vars(value).items()]
+    elif isinstance(value, types.ModuleType) and _users_module(value):
+        items = [(k, v, True) for k, v in vars(value).items() if not k.startswith("__")]
     else:
         return []
     return items if len(items) <= ENTRIES else []
@@ -295,6 +300,12 @@ def _entries(value) -> list[tuple]:
 def _users(cls: type) -> bool:
     filename = getattr(sys.modules.get(cls.__module__), "__file__", None)
     return filename is None or is_user_code(filename)   # no file: __main__ of ``python -c``, a notebook
+
+
+def _users_module(module: types.ModuleType) -> bool:
+    """A module of the user's, with a file (``import settings``, then ``settings.W``)."""
+    filename = getattr(module, "__file__", None)
+    return filename is not None and is_user_code(filename)
 
 
 def constant(value) -> bool:

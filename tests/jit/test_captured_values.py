@@ -450,3 +450,21 @@ def test_the_arrays_a_partial_binds_and_a_callable_objects_attributes_are_read_o
     bound.keywords["reg"] = 2.0                            # a partial's bound number, changed
     with pytest.warns(mj.RecompileWarning, match="reg, which it captures"):
         assert steps["partial"][0](w, y)[0] == pytest.approx(bound(w, y), rel=1e-12)
+
+
+def test_arrays_and_numbers_of_a_module_of_the_users_are_followed(tmp_path, monkeypatch):
+    (tmp_path / "user_settings.py").write_text("import numpy as np\nW = np.ones(3)\nscale = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import user_settings as S
+    namespace = {"np": np, "S": S}
+    exec("def loss(x):\n    return np.sum(x * S.W) * S.scale\n", namespace)
+    loss = namespace["loss"]
+    step, x = mj.compile(loss, backend="interp"), np.arange(3.0)
+    assert step(x) == loss(x)
+    S.W *= 3.0
+    assert step(x) == loss(x)
+    S.W = np.full(3, -1.0)
+    assert step(x) == loss(x)
+    S.scale = 5.0
+    with pytest.warns(mj.RecompileWarning, match=r"S\.scale, which it captures"):
+        assert step(x) == loss(x)
