@@ -143,15 +143,15 @@ class Reach:
         made, cells = {}, {}
         for f in self.functions:
             made[id(f)] = _function(f, namespaces[id(f.__globals__)], self._closure(f, replaced, cells))
-        for cell, f in cells.values():
-            if cell is not None and id(f) in made:
-                cell.cell_contents = made[id(f)]
+        for cell, helper in cells.values():
+            if helper is not None:
+                cell.cell_contents = made[id(helper)]
         for key, (ns, names) in self.namespaces.items():
             for name, label in names.items():
                 value = ns.get(name, MISSING)
                 if label in replaced:
                     namespaces[key][name] = replaced[label]
-                elif id(value) in made and any(value is f for f in self.functions):
+                elif id(value) in made:     # a helper (kept alive by `functions`, so the id is its own)
                     namespaces[key][name] = made[id(value)]
         function = made.get(id(self.top), self.top)
         if self.owner is not None:

@@ -313,7 +313,7 @@ def _builtin_sum_of_squares(v):
 
 
 def _long_elementwise_chain(x):
-    for _ in range(1500):
+    for _ in range(500):       # forward and backward: a chain deeper than fusion's walks could recurse
         x = np.sin(x) * 1.0001
     return np.sum(x)
 
