@@ -95,8 +95,7 @@ class Captured:
         """The `version` of what the steps hold for: counted up (with a warning naming ``user``, the
         compiled function) where a place holds another constant, or an array whose contents a
         trace computed with holds others."""
-        stale = [place for place, get, seen in self._guards if get() is not seen and not (
-            _same_contents if place in self.read else _same_constant)(get(), seen)]
+        stale = [place for place, get, seen, same in self._guards if not _unchanged(get(), seen, same)]
         if stale:
             for place in stale:
                 self.read.pop(place, None)
@@ -117,9 +116,10 @@ class Captured:
         return lambda: place.entry(get())
 
     def _guard(self) -> None:
-        """The checks `refresh` makes: ``(place, getter, what a step holds for)``."""
+        """The checks `refresh` makes: ``(place, getter, what a step holds for, how to compare)``."""
         getters = {self.places[label]: get for label, get in self._getters}
-        self._guards = [(place, getters[place], seen) for place, seen in (*self.read.items(), *self.constants.items())]
+        self._guards = [(place, getters[place], seen, _same_contents) for place, seen in self.read.items()] + [
+            (place, getters[place], seen, _same_constant) for place, seen in self.constants.items()]
 
     def _traced_in_place(self):
         fn = self.fn
@@ -219,6 +219,10 @@ def _caller_level() -> int:
     while frame is not None and inside_package(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _unchanged(value, seen, same) -> bool:
+    return value is seen or same(value, seen)
 
 
 def _same_contents(value, seen: np.ndarray) -> bool:
