@@ -1,7 +1,8 @@
 """What generated code calls: vectorisable transcendental functions (``vecmath``, with the LLVM IR
 vector forms of ``vecforms``), NumPy's division algorithms (``npymath``), the LAPACK and BLAS
-kernels (``lapack``), SciPy's special-function kernels (``special``), the counter-based random generator and the errors a step's range checks
-raise; and the import lines by which generated code reaches them.
+kernels (``lapack``), SciPy's special-function kernels (``special``), a branch-free choice
+(``select``), the counter-based random generator and the errors a step's range checks raise; and
+the import lines by which generated code reaches them.
 """
 from . import imports as imports, random as random, special as special, vecmath as vecmath
 from .random import (GENERATORS as GENERATORS, draw as draw, replaying_generators as replaying_generators,

@@ -35,7 +35,7 @@ elementwise("sqrt", np.sqrt, lambda K, x: f"np.sqrt({x})",
             lambda g, ans, x: (g * 0.5 / ans,), cost=EXPENSIVE)
 elementwise("abs", np.abs, lambda K, x: f"abs({x})",
             lambda g, ans, x: (g * A.sign(x),), kinds=NUMERIC)
-elementwise("sign", np.sign, lambda K, x: f"({K(1)} if {x} > {K(0)} else ({K(-1)} if {x} < {K(0)} else {x}))",
+elementwise("sign", np.sign, lambda K, x: f"select({x} > {K(0)}, {K(1)}, select({x} < {K(0)}, {K(-1)}, {x}))",
             lambda g, ans, x: (None,), kinds=NUMERIC)
 elementwise("sin", np.sin, lambda K, x: vecmath.call("sin", x),
             lambda g, ans, x: (g * A.cos(x),), cost=EXPENSIVE)
@@ -62,8 +62,8 @@ def _tanh_template(K, x: str) -> str:
         return vecmath.call("tanh", x)
     v = f"np.float64({x})"
     s = f"({v} * {v})"
-    return (f"(np.float32(np.copysign(np.float64(1.0), {v})) if abs({v}) >= np.float64({TANH_LIMIT!r}) "
-            f"else np.float32({v} * {_horner(TANH_P, s)} / {_horner(TANH_Q, s)}))")
+    return (f"select(abs({v}) >= np.float64({TANH_LIMIT!r}), np.float32(np.copysign(np.float64(1.0), {v})), "
+            f"np.float32({v} * {_horner(TANH_P, s)} / {_horner(TANH_Q, s)}))")
 
 
 elementwise("tanh", np.tanh, _tanh_template,
@@ -72,7 +72,7 @@ elementwise("sigmoid", scipy.special.expit,
       lambda K, x: f"({K(1)} / ({K(1)} + {vecmath.call('exp', f'-{x}')}))",
             lambda g, ans, x: (g * ans * (1.0 - ans),), cost=EXPENSIVE)
 elementwise("relu", lambda x: np.where(x < 0, np.zeros_like(x), x),
-      lambda K, x: f"({K(0)} if {x} < {K(0)} else {x})",
+      lambda K, x: f"select({x} < {K(0)}, {K(0)}, {x})",
       # ans > 0 exactly where x > 0; reading ans lets x die inside the forward epilogue.
             lambda g, ans, x: (A.where(ans > 0, g, 0.0),))
 elementwise("square", np.square, lambda K, x: f"({x} * {x})",
@@ -92,9 +92,9 @@ elementwise("div", np.divide, lambda K, a, b: f"({a} / {b})",
             lambda g, ans, a, b: (g / b, -g * ans / b), cost=EXPENSIVE)
 elementwise("pow", np.power, lambda K, a, b: vecmath.call("pow", a, b),
             lambda g, ans, a, b: (_pow_base_grad(g, a, b), g * ans * A.where(a == 0, 0.0, A.log(a))), cost=EXPENSIVE)
-elementwise("maximum", np.maximum, lambda K, a, b: f"({a} if ({a} > {b} or {a} != {a}) else {b})",
+elementwise("maximum", np.maximum, lambda K, a, b: f"select(({a} > {b}) | ({a} != {a}), {a}, {b})",
             lambda g, ans, a, b: _tie_split(g, a > b, a == b), kinds=NUMERIC)
-elementwise("minimum", np.minimum, lambda K, a, b: f"({a} if ({a} < {b} or {a} != {a}) else {b})",
+elementwise("minimum", np.minimum, lambda K, a, b: f"select(({a} < {b}) | ({a} != {a}), {a}, {b})",
             lambda g, ans, a, b: _tie_split(g, a < b, a == b), kinds=NUMERIC)
 
 
@@ -111,7 +111,7 @@ def _tie_split(g, wins, ties):
 
 defop("where", ELEMENTWISE, lambda types: _where_rule(types), np.where,
             lambda g, ans, c, a, b: (None, A.where(c, g, 0.0), A.where(c, 0.0, g)),
-      scalar=lambda K, c, a, b: f"({a} if {c} else {b})")
+      scalar=lambda K, c, a, b: f"select({c}, {a}, {b})")
 
 
 def _where_rule(types):
@@ -134,7 +134,7 @@ predicate("gt", np.greater, lambda K, a, b: f"({a} > {b})")
 predicate("ge", np.greater_equal, lambda K, a, b: f"({a} >= {b})")
 predicate("eq", np.equal, lambda K, a, b: f"({a} == {b})", exact=True)
 predicate("ne", np.not_equal, lambda K, a, b: f"({a} != {b})", exact=True)
-predicate("and", np.logical_and, lambda K, a, b: f"({a} and {b})")
-predicate("or", np.logical_or, lambda K, a, b: f"({a} or {b})")
+predicate("and", np.logical_and, lambda K, a, b: f"(bool({a}) & bool({b}))")
+predicate("or", np.logical_or, lambda K, a, b: f"(bool({a}) | bool({b}))")
 predicate("not", np.logical_not, lambda K, a: f"(not {a})")
 

@@ -40,9 +40,9 @@ def _extremum_impl(name: str, reduce):
 
 
 defop("max", REDUCE, reduction_rule("max"), _extremum_impl("max", np.max), extremum_vjp,
-      init=-np.inf, combine=lambda acc, x: f"({x} if ({x} > {acc} or {x} != {x}) else {acc})")
+      init=-np.inf, combine=lambda acc, x: f"select(({x} > {acc}) | ({x} != {x}), {x}, {acc})")
 defop("min", REDUCE, reduction_rule("min"), _extremum_impl("min", np.min), extremum_vjp,
-      init=np.inf, combine=lambda acc, x: f"({x} if ({x} < {acc} or {x} != {x}) else {acc})")
+      init=np.inf, combine=lambda acc, x: f"select(({x} < {acc}) | ({x} != {x}), {x}, {acc})")
 
 
 def _prod_vjp(g, ans, x, axes):

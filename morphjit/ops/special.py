@@ -31,13 +31,13 @@ LGAMMA_OVERFLOW = 2.5599833278516383e+305   # the largest x whose lgamma is fini
 
 def _gammaln_template(K, x):
     # SciPy's values at the poles (non-positive integers), at -inf and where lgamma overflows:
-    # math.lgamma raises there.
+    # Python's math.lgamma raises there, so it is called on 1 instead.
     inf = _in_dtype(K, "np.inf")
-    pole = f"{x} <= {K(0)} and {x} == np.floor({x})"
+    infinite = f"(({x} <= {K(0)}) & ({x} == np.floor({x}))) | ({x} > np.float64({LGAMMA_OVERFLOW!r}))"
     if K.dtype == np.float64:  # SciPy's float64 gammaln overflows to inf on subnormals
-        pole += f" or abs({x}) < np.float64({float(np.finfo(np.float64).tiny)!r})"
-    return (f"(-{inf} if {x} == -{inf} else ({inf} if {pole} or {x} > np.float64({LGAMMA_OVERFLOW!r}) "
-            f"else {_in_dtype(K, f'math.lgamma({x})')}))")
+        infinite += f" | (abs({x}) < np.float64({float(np.finfo(np.float64).tiny)!r}))"
+    lgamma = _in_dtype(K, f"math.lgamma(select({infinite} | ({x} == -{inf}), {K(1)}, {x}))")
+    return f"select({x} == -{inf}, -{inf}, select({infinite}, {inf}, {lgamma}))"
 
 
 elementwise("erf", sp.erf, lambda K, x: _in_dtype(K, f"math.erf({x})"),

@@ -88,7 +88,7 @@ def _logaddexp_vjp(g, a, b, ln_base):
 
 
 def _heaviside_template(K, x, h):
-    return f"({h} if {x} == {K(0)} else ({x} if {x} != {x} else ({K(0)} if {x} < {K(0)} else {K(1)})))"
+    return f"select({x} == {K(0)}, {h}, select({x} != {x}, {x}, select({x} < {K(0)}, {K(0)}, {K(1)})))"
 
 
 def _npymath_template(name: str):

@@ -40,7 +40,8 @@ passmanagers.free_after_use()   # every numba compilation of ours comes through 
 
 
 HEADER = "\n".join(["import math", "import numpy as np", "import numba", imports.VECMATH,
-                    "from morphjit.runtime.kernels import NoAliasCompiler", imports.NPYMATH, imports.SPECIAL]) + "\n\n\n"
+                    "from morphjit.runtime.kernels import NoAliasCompiler", imports.NPYMATH, imports.SPECIAL,
+                    imports.SELECT]) + "\n\n\n"
 
 
 class NoAliasCompiler(compiler.Compiler):

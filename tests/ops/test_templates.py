@@ -1,7 +1,8 @@
 """The scalar templates of element-wise ops against their NumPy reference ``impl``.
 
 Codegen inlines ``op.scalar(K, *operands)`` in loops, so this is the templates' oracle: rendered
-on NumPy scalars and evaluated in Python (with ``np``, ``math``, ``npm`` and ``sps`` in scope), each template must
+on NumPy scalars and evaluated in Python (with ``np``, ``math``, ``npm`` and ``sps`` in scope, and
+NumPy's ``where`` for the compiled ``select``), each template must
 give NumPy's value (NaN where NumPy gives NaN) in the dtype the op's shape rule declares, on
 zeros of both signs, negatives, NaN, infinities, huge and tiny values and many random values,
 in float32 and float64 (and the integer and boolean dtypes where the op accepts them).
@@ -190,7 +191,7 @@ def test_template_matches_impl(op_name, dtypes, params, monkeypatch):
         rounded_refs = _rounded_double_references(op, combos, dtypes, params)
         for combo, want_scalar, want_vector, want_rounded in zip(combos, scalar_refs, vector_refs, rounded_refs):
             args = {n: dt.type(v) for n, v, dt in zip(names, combo, dtypes)}
-            got = eval(code, {"np": np, "math": math, "npm": npymath, "sps": special}, args)
+            got = eval(code, {"np": np, "math": math, "npm": npymath, "sps": special, "select": _select}, args)
             if np.asarray(got).dtype != out_dtype:
                 failures.append(f"{combo}: template gives {np.asarray(got).dtype}, the op declares {out_dtype}")
             elif not any(same_value(got, w, ULPS.get(op_name, 0)) for w in (want_scalar, want_vector, want_rounded)):
@@ -198,6 +199,11 @@ def test_template_matches_impl(op_name, dtypes, params, monkeypatch):
     assert np.asarray(scalar_refs[0]).dtype == out_dtype, "the reference impl disagrees with the shape rule"
     assert not failures, f"{op_name} template {source!r} on {len(failures)} of {len(combos)} inputs:\n" + \
         "\n".join(failures[:10])
+
+
+def _select(condition, a, b):
+    """Python's model of ``native.select``: one of two scalars, in the type both promote to."""
+    return np.where(condition, a, b)[()]
 
 
 def _explicitly_typed(node) -> bool:
@@ -219,3 +225,23 @@ def test_templates_have_no_bare_numeric_constants(name):
         bare = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Constant)
                 and type(node.value) in (int, float) and id(node) not in wrapped]
         assert not bare, f"{name} template {source!r} has constants outside K: {bare}"
+
+
+@pytest.mark.parametrize("name", _template_ops())
+def test_templates_choose_without_branches(name):
+    # A conditional expression or ``and``/``or`` is a branch numba rebuilds SSA form for, walking
+    # the whole kernel each time: kernels of many such ops compiled in seconds, not milliseconds.
+    op = OPS[name]
+    for dtypes, params in SIGNATURES[name]:
+        arity = len(inspect.signature(op.scalar).parameters) - 1 - len(params)
+        out_dtype = op.infer([TensorType((), dt) for dt in dtypes], **params).dtype
+        source = op.scalar(Constants(out_dtype, lambda c, dt: f"K_({c!r})"), *[f"x{i}" for i in range(arity)], **params)
+        branches = [ast.unparse(node) for node in ast.walk(ast.parse(source, mode="eval"))
+                    if isinstance(node, (ast.IfExp, ast.BoolOp))]
+        assert not branches, f"{name} template {source!r} branches: {branches} (use select, & and |)"
+
+
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_reductions_combine_without_branches(name):
+    tree = ast.parse(OPS[name].combine("acc", "x"), mode="eval")
+    assert not [node for node in ast.walk(tree) if isinstance(node, (ast.IfExp, ast.BoolOp))]

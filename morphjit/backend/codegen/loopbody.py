@@ -52,7 +52,7 @@ class Body:
         (klass,) = e.klass.render(self.loop_vars)
         test = f"{self.value(e.labels)} == {klass}"
         return f"({test})" if e.dtype == np.bool_ else \
-            f"({literal(1, e.dtype)} if {test} else {literal(0, e.dtype)})"
+            f"select({test}, {literal(1, e.dtype)}, {literal(0, e.dtype)})"
 
     def position(self, e: Position) -> str:
         (position,) = e.imap.render(self.loop_vars)

@@ -90,6 +90,7 @@ class StepWriter(Writer):
         out.line(imports.VECMATH)
         out.line(imports.NPYMATH)
         out.line(imports.SPECIAL)
+        out.line(imports.SELECT)
         if any(ins.kind == "check" for ins in self.plan.instructions):
             out.line(imports.STEP_ERRORS)
         if any(ins.kind == "lapack" for ins in self.plan.instructions):
