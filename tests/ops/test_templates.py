@@ -212,14 +212,20 @@ def _explicitly_typed(node) -> bool:
                                            ast.unparse(node.func) == "np.float64")
 
 
-@pytest.mark.parametrize("name", _template_ops())
-def test_templates_have_no_bare_numeric_constants(name):
-    # In numba a float32 value times a bare 0.5 is float64: every constant must go through K.
+def _rendered(name):
+    """The template of op ``name`` rendered on ``x0, x1, ...`` for each of its signatures, with
+    constants as ``K_(c)``."""
     op = OPS[name]
     for dtypes, params in SIGNATURES[name]:
         arity = len(inspect.signature(op.scalar).parameters) - 1 - len(params)
         out_dtype = op.infer([TensorType((), dt) for dt in dtypes], **params).dtype
-        source = op.scalar(Constants(out_dtype, lambda c, dt: f"K_({c!r})"), *[f"x{i}" for i in range(arity)], **params)
+        yield op.scalar(Constants(out_dtype, lambda c, dt: f"K_({c!r})"), *[f"x{i}" for i in range(arity)], **params)
+
+
+@pytest.mark.parametrize("name", _template_ops())
+def test_templates_have_no_bare_numeric_constants(name):
+    # In numba a float32 value times a bare 0.5 is float64: every constant must go through K.
+    for source in _rendered(name):
         tree = ast.parse(source, mode="eval")
         wrapped = {id(a) for node in ast.walk(tree) if _explicitly_typed(node) for a in ast.walk(node)}
         bare = [ast.unparse(node) for node in ast.walk(tree) if isinstance(node, ast.Constant)
@@ -231,17 +237,15 @@ def test_templates_have_no_bare_numeric_constants(name):
 def test_templates_choose_without_branches(name):
     # A conditional expression or ``and``/``or`` is a branch numba rebuilds SSA form for, walking
     # the whole kernel each time: kernels of many such ops compiled in seconds, not milliseconds.
-    op = OPS[name]
-    for dtypes, params in SIGNATURES[name]:
-        arity = len(inspect.signature(op.scalar).parameters) - 1 - len(params)
-        out_dtype = op.infer([TensorType((), dt) for dt in dtypes], **params).dtype
-        source = op.scalar(Constants(out_dtype, lambda c, dt: f"K_({c!r})"), *[f"x{i}" for i in range(arity)], **params)
-        branches = [ast.unparse(node) for node in ast.walk(ast.parse(source, mode="eval"))
-                    if isinstance(node, (ast.IfExp, ast.BoolOp))]
-        assert not branches, f"{name} template {source!r} branches: {branches} (use select, & and |)"
+    for source in _rendered(name):
+        assert not _branches(source), f"{name} template {source!r} branches: {_branches(source)} (use select, & and |)"
 
 
-@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("name", sorted(name for name, op in OPS.items() if op.combine is not None))
 def test_reductions_combine_without_branches(name):
-    tree = ast.parse(OPS[name].combine("acc", "x"), mode="eval")
-    assert not [node for node in ast.walk(tree) if isinstance(node, (ast.IfExp, ast.BoolOp))]
+    assert not _branches(OPS[name].combine("acc", "x"))
+
+
+def _branches(source: str) -> list[str]:
+    return [ast.unparse(node) for node in ast.walk(ast.parse(source, mode="eval"))
+            if isinstance(node, (ast.IfExp, ast.BoolOp))]
