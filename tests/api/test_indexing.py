@@ -138,7 +138,7 @@ def test_the_gather_is_read_inside_the_fused_loop_and_the_scatter_accumulates():
     # inside the loop that computes tanh and the sum; the gradient adds into its row. Loops
     # along the rows run to the rows' run-time extent, which LLVM vectorises (the forward loop and
     # the scatter are kernels, their arrays a0, a1, ..., that extent their parameter n0)
-    row = r"t0 = [av]1\[i0\]\n.*\n.*\n\s+t3 = \(t2 if t1 else t0\)\n\s+for i1 in range\((n0|v\d\.shape\[1\])\):\n"
+    row = r"t0 = [av]1\[i0\]\n.*\n.*\n\s+t3 = select\(t1, t2, t0\)\n\s+for i1 in range\((n0|v\d\.shape\[1\])\):\n"
     assert re.search(row + r"\s+t4 = a\d\[t3, i1\]\n\s+t5 = (np|vm).tanh\(t4\)", source), source
     assert re.search(row + r"(.*\n)*\s+a\d\[t3, i1\] \+= t8", source), source
 
