@@ -1,11 +1,11 @@
-"""``native.select``: ``a if c else b`` without a branch, against NumPy's ``where``."""
+"""``native.select``: choices without branches, against NumPy's ``where``, ``maximum`` and ``minimum``."""
 from __future__ import annotations
 
 import numba
 import numpy as np
 import pytest
 
-from morphjit.native.select import select
+from morphjit.native.select import nanmaximum, nanminimum, select
 
 
 @numba.njit
@@ -41,3 +41,42 @@ def test_select_of_constants_and_nan():
     assert _with_constants(True, 2.5) == (1.0, 2.5, True)
     one, nan, false = _with_constants(False, 2.5)
     assert one == 2.5 and np.isnan(nan) and false is False
+
+
+@numba.njit
+def _extrema(a, b, high, low):
+    for i in range(a.size):
+        high[i] = nanmaximum(a[i], b[i])
+        low[i] = nanminimum(a[i], b[i])
+
+
+@numba.njit(fastmath={"reassoc"})
+def _reduced(a):
+    high, low = -np.inf, np.inf
+    for i in range(a.size):
+        high, low = nanmaximum(high, a[i]), nanminimum(low, a[i])
+    return high, low
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, np.uint8, np.bool_])
+def test_extrema_are_numpys_maximum_and_minimum(dtype):
+    rng = np.random.default_rng(3)
+    if np.dtype(dtype).kind == "f":
+        specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0], dtype)
+        a = np.concatenate([np.repeat(specials, 6), rng.standard_normal(20).astype(dtype)])
+        b = np.concatenate([np.tile(specials, 6), rng.standard_normal(20).astype(dtype)])
+    else:
+        a, b = (rng.integers(0, 2 if dtype is np.bool_ else 200, 56).astype(dtype) for _ in range(2))
+    high, low = np.empty_like(a), np.empty_like(a)
+    _extrema(a, b, high, low)
+    np.testing.assert_array_equal(high, np.maximum(a, b))   # equal counts -0.0 as 0.0
+    np.testing.assert_array_equal(low, np.minimum(a, b))
+
+
+@pytest.mark.parametrize("nan_at", [None, 0, 517, 999])
+def test_a_reduction_with_extrema_is_numpys_and_keeps_a_nan(nan_at):
+    a = np.random.default_rng(5).standard_normal(1000)
+    if nan_at is not None:
+        a[nan_at] = np.nan
+    high, low = _reduced(a)
+    np.testing.assert_array_equal([high, low], [np.max(a), np.min(a)])
