@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Program, batch_size, evaluate, is_float
-from ..tracing import argument_names
-from ..util import DtypeError, TracingError, pytree
+from ..tracing import Tracer, argument_names
+from ..util import DtypeError, TracingError, UnsupportedError, pytree, user_location
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,7 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
                              f"arguments must hold float32 or float64 NumPy arrays: pass np.asarray({path})")
     wrt = tuple(j for i in argnums_t for j in ranges[i])
     for leaf, path in zip(leaves, paths):
+        check_untraced(leaf, path)
         check_plain(leaf, path)
     for j in wrt:
         check_differentiable(leaves[j], paths[j])
@@ -91,6 +92,15 @@ def check_plain(leaf, path: str) -> None:
     else:
         hint = f"only its data would be used; pass np.asarray({path}) if that is what you mean"
     raise DtypeError(f"{path} is a {kind}: {hint}")
+
+
+def check_untraced(leaf, path: str) -> None:
+    """Refuse a value of a function being traced: compiled functions do not nest."""
+    if isinstance(leaf, Tracer):
+        raise UnsupportedError(
+            f"{path} is a value of a function morphjit is tracing: a compiled function (mj.grad, compile_loss, "
+            f"...) called inside another does not nest (a gradient of a gradient); call the plain function "
+            f"there, and for second derivatives use mj.hvp or mj.hessian", user_location())
 
 
 def check_differentiable(leaf, path: str) -> None:

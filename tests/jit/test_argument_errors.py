@@ -55,3 +55,20 @@ def test_python_numbers_in_a_list_used_one_by_one_still_work(backend):
     value, grad = mj.compile_loss(fn, backend=backend)(np.ones(2), [2.0, 3.0])
     assert value == 7.0
     np.testing.assert_array_equal(grad, [2.0, 2.0])
+
+
+@pytest.mark.parametrize("inner", ["grad", "compile_loss", "compile"])
+def test_a_compiled_function_called_on_traced_values_is_refused_with_the_users_line(inner):
+    def f(x):
+        return np.sum(x ** 3)
+
+    compiled = {"grad": mj.grad, "compile_loss": mj.compile_loss, "compile": mj.compile}[inner](f)
+
+    def outer(x):
+        out = compiled(x)   # the line the error names
+        return np.sum(out[1] if inner == "compile_loss" else out)
+
+    with pytest.raises(mj.UnsupportedError, match="does not nest") as raised:
+        mj.grad(outer)(np.ones(3))
+    assert "x is a value of a function morphjit is tracing" in str(raised.value)
+    assert "out = compiled(x)" in str(raised.value)
