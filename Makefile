@@ -38,7 +38,8 @@ demo: $(VENV)/.installed-examples
 test: $(VENV)/.installed-test
 	$(PY) -m pytest -q --durations=30 -n auto --dist loadscope
 
-# BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only tiny,small"`; see python -m perf.bench --help
+# BENCH_ARGS, e.g. `make bench BENCH_ARGS="--quick --only tiny,small"` (a quick or partial run writes
+# perf/results/ only where --json/--markdown say); see python -m perf.bench --help
 bench: $(VENV)/.installed-bench $(PYTENSOR_VENV)/.installed
 	MORPHJIT_BENCH_PYTENSOR_PYTHON=$(abspath $(PYTENSOR_VENV))/bin/python $(PY) -m perf.bench $(BENCH_ARGS)
 

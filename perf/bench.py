@@ -265,11 +265,12 @@ def parse(argv=None):
     ap.add_argument("--startup-peers-on", default="small",
                     help="workloads on which the peers' start-up is measured ('all' for every one; about 50 s "
                     "per workload and dtype with all three peers)")
-    ap.add_argument("--json", default=DEFAULT_JSON, help="where to write the JSON results")
-    ap.add_argument("--markdown", default=DEFAULT_MARKDOWN, help="where to write RESULTS.md ('' to skip)")
+    ap.add_argument("--json", help=f"where to write the JSON results ({PUBLISHED_HELP})")
+    ap.add_argument("--markdown", help=f"where to write RESULTS.md ({PUBLISHED_HELP})")
     ap.add_argument("--child", nargs=2, metavar=("WORKLOAD", "DTYPE"), help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     opts.argv = argv
+    result_paths(ap, opts, {"json": DEFAULT_JSON, "markdown": DEFAULT_MARKDOWN}, ("only", "impls", "dtype"))
     mode = QUICK if opts.quick else FULL
     opts.budget = mode["budget_s"] if opts.budget is None else opts.budget
     opts.min_samples = mode["min_samples"] if opts.min_samples is None else opts.min_samples
@@ -290,6 +291,19 @@ def parse(argv=None):
         if unknown:
             ap.error(f"unknown {kind} {', '.join(unknown)}; choose from {', '.join(known)}")
     return opts
+
+
+PUBLISHED_HELP = "default: the file in perf/results/ for a full run, none for --quick or a subset; '' for none"
+
+
+def result_paths(ap, opts, published: dict[str, str], chosen: tuple[str, ...]) -> None:
+    """Where a run writes its results: where given, else the ``published`` files (by option) for
+    a full run (not ``--quick``, every option of ``chosen`` at its default), else nowhere, so
+    that a rough or partial run never replaces the published figures."""
+    full = not opts.quick and all(getattr(opts, k) == ap.get_default(k) for k in chosen)
+    for option, path in published.items():
+        if getattr(opts, option) is None:
+            setattr(opts, option, path if full else "")
 
 
 def run_and_report(opts, run, markdown, terminal) -> dict:

@@ -686,11 +686,13 @@ def parse(argv=None):
     ap.add_argument("--threads", type=int, default=1, help="BLAS / intra-op threads of every implementation")
     ap.add_argument("--budget", type=float, help="seconds of timing per implementation, workload and optimiser")
     ap.add_argument("--min-samples", type=int)
-    ap.add_argument("--json", default=DEFAULT_JSON, help="where to write the JSON results ('' to skip)")
-    ap.add_argument("--markdown", default=DEFAULT_MARKDOWN, help="where to write TRAIN_RESULTS.md ('' to skip)")
+    ap.add_argument("--json", help=f"where to write the JSON results ({bench.PUBLISHED_HELP})")
+    ap.add_argument("--markdown", help=f"where to write TRAIN_RESULTS.md ({bench.PUBLISHED_HELP})")
     ap.add_argument("--child", nargs=2, metavar=("WORKLOAD", "DTYPE"), help=argparse.SUPPRESS)
     opts = ap.parse_args(argv)
     opts.argv = argv
+    bench.result_paths(ap, opts, {"json": DEFAULT_JSON, "markdown": DEFAULT_MARKDOWN},
+                       ("only", "impls", "dtype", "optim"))
     mode = bench.QUICK if opts.quick else bench.FULL
     opts.budget = mode["budget_s"] if opts.budget is None else opts.budget
     opts.min_samples = mode["min_samples"] if opts.min_samples is None else opts.min_samples

@@ -1,6 +1,7 @@
 """The benchmark machinery (perf.bench) end to end on the tiny workload, quick mode, morphjit and
 NumPy only: the JSON has the expected structure and the correctness check passed. No timing
 assertions."""
+import importlib
 import json
 import os
 import subprocess
@@ -95,3 +96,17 @@ def test_without_morphjit_the_numpy_step_checks_the_others():
     result = bench.run_workload("tiny", "float64", ["numpy", "numba.hand"], 1, 0.01, 2)
     assert result["impls"]["numpy"]["check"] == "reference"
     assert result["impls"]["numba.hand"]["status"] == "ok"   # "unchecked" had nothing checked it
+
+
+@pytest.mark.parametrize("module", ["perf.bench", "perf.train_bench"])
+@pytest.mark.parametrize("argv, published", [
+    ([], True), (["--quick"], False), (["--only", "tiny"], False), (["--dtype", "float32"], False),
+    (["--quick", "--markdown", "x.md"], None),
+])
+def test_only_a_full_run_replaces_the_published_results(module, argv, published):
+    bench = importlib.import_module(module)
+    opts = bench.parse(argv)
+    if published is None:   # a path given is used
+        assert opts.markdown == "x.md" and opts.json == ""
+    else:
+        assert (opts.json, opts.markdown) == ((bench.DEFAULT_JSON, bench.DEFAULT_MARKDOWN) if published else ("", ""))
