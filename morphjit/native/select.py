@@ -18,17 +18,24 @@ from numba import types
 from numba.extending import intrinsic
 
 
+def _unified(typingctx, a, b):
+    """The type two operands are computed in (NumPy's promotion, as numba's), literals as their types."""
+    return typingctx.unify_pairs(types.unliteral(a), types.unliteral(b))
+
+
+def _cast(context, builder, values, value_types, to) -> list:
+    return [context.cast(builder, v, t, to) for v, t in zip(values, value_types)]
+
+
 @intrinsic
 def select(typingctx, condition, a, b):
-    chosen = typingctx.unify_pairs(types.unliteral(a), types.unliteral(b))
-    if chosen is None or not isinstance(chosen, (types.Number, types.Boolean)):
+    chosen = _unified(typingctx, a, b)
+    if not isinstance(chosen, (types.Number, types.Boolean)):
         return None
 
     def codegen(context, builder, signature, args):
-        test, x, y = args
-        test = context.is_true(builder, signature.args[0], test)
-        x = context.cast(builder, x, signature.args[1], chosen)
-        y = context.cast(builder, y, signature.args[2], chosen)
+        test = context.is_true(builder, signature.args[0], args[0])
+        x, y = _cast(context, builder, args[1:], signature.args[1:], chosen)
         return builder.select(test, x, y)
     return chosen(condition, a, b), codegen
 
@@ -38,12 +45,12 @@ def _extremum(name: str, order: str):
     vectoriser takes as a reduction; integers and booleans by the comparison ``order``."""
     @intrinsic
     def extremum(typingctx, a, b):
-        chosen = typingctx.unify_pairs(types.unliteral(a), types.unliteral(b))
+        chosen = _unified(typingctx, a, b)
         if not isinstance(chosen, (types.Float, types.Integer, types.Boolean)):
             return None
 
         def codegen(context, builder, signature, args):
-            x, y = (context.cast(builder, v, t, chosen) for v, t in zip(args, signature.args))
+            x, y = _cast(context, builder, args, signature.args, chosen)
             if isinstance(chosen, types.Float):
                 ty = context.get_value_type(chosen)
                 return builder.call(builder.module.declare_intrinsic(name, [ty], ir.FunctionType(ty, [ty, ty])), [x, y])

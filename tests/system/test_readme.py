@@ -8,9 +8,7 @@ import sys
 
 import pytest
 from support.paths import ROOT
-
-README = (ROOT / "README.md").read_text()
-PYTHON_BLOCKS = re.findall(r"```python\n(.*?)```", README, flags=re.S)
+from support.readme import PYTHON_BLOCKS, README
 SHELL_LINES = [line.strip() for block in re.findall(r"```sh\n(.*?)```", README, flags=re.S)
                for line in block.splitlines() if line.strip().startswith("python ")
                and "not run by the tests" not in line]

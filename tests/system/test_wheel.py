@@ -3,7 +3,6 @@ environment, it runs the README's first example, and a second process loads the 
 disk cache. The environment takes numba, NumPy and SciPy from the test environment's
 site-packages (a path file), so nothing is downloaded but the build's own back end."""
 import json
-import re
 import subprocess
 import sys
 import sysconfig
@@ -13,9 +12,9 @@ from pathlib import Path
 
 import pytest
 from support.paths import ROOT
+from support.readme import PYTHON_BLOCKS
 
-README = (ROOT / "README.md").read_text()
-FIRST_EXAMPLE = re.findall(r"```python\n(.*?)```", README, flags=re.S)[0]
+FIRST_EXAMPLE = PYTHON_BLOCKS[0]
 REPORT = """
 import json, morphjit
 stats = loss.cache_info()
