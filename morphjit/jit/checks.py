@@ -61,6 +61,18 @@ def arg_spec(fn, args, argnums) -> tuple[ArgSpec, list]:
     return ArgSpec(treedef, argnums_t, wrt, params), leaves
 
 
+def floats_as_arrays(args: tuple, argnums) -> tuple:
+    """``args`` with the Python floats among the differentiated arguments as float64 0-d arrays
+    (``grad(f)(1.0)``, as JAX and autograd take it)."""
+    n = len(args)
+    nums = [i for i in (argnums if isinstance(argnums, (tuple, list)) else (argnums,))
+            if type(i) is int and -n <= i < n]     # argnums that do not fit are refused later
+    if not any(type(args[i]) is float for i in nums):
+        return args
+    chosen = {i % n for i in nums}
+    return tuple(np.asarray(a) if i in chosen and type(a) is float else a for i, a in enumerate(args))
+
+
 def normalize_argnums(argnums, nargs: int) -> tuple[int, ...]:
     nums = tuple(argnums) if isinstance(argnums, (tuple, list)) else (argnums,)
     for n in nums:
@@ -95,12 +107,18 @@ def check_plain(leaf, path: str) -> None:
 
 
 def check_untraced(leaf, path: str) -> None:
-    """Refuse a value of a function being traced: compiled functions do not nest."""
-    if isinstance(leaf, Tracer):
-        raise UnsupportedError(
-            f"{path} is a value of a function morphjit is tracing: a compiled function (mj.grad, compile_loss, "
-            f"...) called inside another does not nest (a gradient of a gradient); call the plain function "
-            f"there, and for second derivatives use mj.hvp or mj.hessian", user_location())
+    """Refuse a traced value where a step is compiled or run: one kept past its trace, or one of a
+    function being traced handed to what compiles (``explain``, ``program``, ``source``)."""
+    if not isinstance(leaf, Tracer):
+        return
+    if leaf.trace.closed:
+        raise UnsupportedError(f"{path} is a traced value of a function morphjit traced earlier, kept past its "
+                               f"trace (in a global, an attribute or a closure): pass arrays, not traced values "
+                               f"(return them from the function, or through has_aux)", user_location())
+    raise UnsupportedError(f"{path} is a value of a function morphjit is tracing: explain, program, source and "
+                           f"step_for compile a step of their own, so they cannot be called inside a traced "
+                           f"function (mj.grad, compile_loss, mj.hvp and mj.compile can: they trace into it); "
+                           f"call them outside, on arrays", user_location())
 
 
 def check_differentiable(leaf, path: str) -> None:

@@ -4,6 +4,7 @@
 the generated fast path (``runtime.fastpath``) where the arguments fit the step called last."""
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 
@@ -12,10 +13,11 @@ import numpy as np
 from ..ir import Program
 from ..native import SliceOutOfRange
 from ..runtime import NativeStep, fast_call, fast_forward
+from ..tracing import current_trace
 from ..util import pytree, trimmed
-from . import feedback, pipeline
+from . import feedback, nest, pipeline
 from .callsite import CallSite, CallStats, leaf_signature
-from .checks import arg_spec, argument_paths, label_error, out_arrays
+from .checks import arg_spec, argument_paths, floats_as_arrays, label_error, out_arrays
 from .captured import Captured, UsesCaptured
 from .shorter import Shortening, ShorterSlices
 from .static_args import StaticArguments
@@ -76,6 +78,19 @@ class Compiled(ShorterSlices, UsesCaptured):
         self._shortening = Shortening()
 
     @property
+    def traced_function(self):
+        """The function as the user wrote it (not the copy that takes what it captures): what a call
+        inside a traced function traces."""
+        return self.fn if self._captured is None else self._captured.fn
+
+    def rebound(self, fn) -> Compiled:
+        """This transformation of ``fn`` for calls inside a traced function (`jit.reach` rebuilds a
+        traced function's helpers to find what it captures as traced values)."""
+        made = copy.copy(self)
+        made.fn, made._captured = fn, None
+        return made
+
+    @property
     def static_argnums(self) -> tuple[int, ...]:
         """The positions of the static arguments (those named by static_argnames included)."""
         return () if self._static is None else self._static.positions
@@ -127,15 +142,7 @@ class Compiled(ShorterSlices, UsesCaptured):
         return self._captured.arguments(args, kwargs)
 
     def _positional(self, args, kwargs) -> tuple:
-        try:
-            bound = inspect.signature(self.fn).bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{self.__name__}: {e}") from None
-        bound.apply_defaults()
-        if bound.kwargs:
-            raise TypeError(f"{self.__name__}: keyword-only or **kwargs parameters cannot be traced "
-                            f"({', '.join(bound.kwargs)}); make them positional")
-        return bound.args
+        return nest.positional(self.fn, self.__name__, args, kwargs)
 
     def _step(self, args, count=True):
         __tracebackhide__ = True  # noqa: F841
@@ -240,6 +247,7 @@ class CompiledLoss(Compiled):
     with ``has_aux``, the function returns ``(loss, aux)`` and the step ``((loss, aux), gradients)``."""
 
     kind = "compiled loss"
+    transformation = "compile_loss"
 
     def __init__(self, fn, argnums=0, backend="numba", cache=True, static_shapes=False, has_aux=False,
                  static_argnums=(), static_argnames=()):
@@ -259,6 +267,12 @@ class CompiledLoss(Compiled):
         call allocates no gradient arrays. Keyword arguments are bound to the function's positional
         parameters."""
         __tracebackhide__ = True  # noqa: F841 (IPython and pytest hide this frame)
+        if current_trace() is not None:
+            t = nest.enclosing_trace(args, kwargs)
+            nest.refuse_out(self.transformation, out)
+            fn = self.traced_function
+            return nest.value_and_grad(t, fn, nest.positional(fn, self.__name__, args, kwargs), self.argnums,
+                                       self.has_aux, self.transformation)
         args, kwargs = self._passed(args, kwargs)
         passed, passed_kwargs, rewind = args, kwargs, self._rewinding(args)
         try:
@@ -267,6 +281,7 @@ class CompiledLoss(Compiled):
                 return compiled(*args, out=out)
             if kwargs:
                 args = self._positional(args, kwargs)
+            args = floats_as_arrays(args, self.argnums)
             result = self._by_fast_path(args, out)
             if isinstance(result, ValueError):
                 raise result from None
@@ -326,6 +341,7 @@ class CompiledGrad(CompiledLoss):
     ``has_aux``), as JAX's ``grad`` does; the same step computes (and drops) the value."""
 
     kind = "compiled gradient"
+    transformation = "mj.grad"
 
     def __call__(self, *args, out=None, **kwargs):
         __tracebackhide__ = True  # noqa: F841
@@ -364,8 +380,11 @@ class CompiledFunction(Compiled):
 
     def __call__(self, *args, **kwargs):
         """What ``fn(*args)`` returns, computed by the compiled step. Keyword arguments are bound
-        to the function's positional parameters."""
+        to the function's positional parameters. Inside a traced function it is the function's
+        call, traced there."""
         __tracebackhide__ = True  # noqa: F841
+        if current_trace() is not None:
+            return self.traced_function(*args, **kwargs)
         args, kwargs = self._passed(args, kwargs)
         passed, passed_kwargs, rewind = args, kwargs, self._rewinding(args)
         try:

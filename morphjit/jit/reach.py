@@ -118,7 +118,7 @@ class Reach:
             self.functions.append(f)
             loaded, d, s = _globals_and_global_draws(f.__code__, f.__globals__)
             draws, seeds = draws or d, seeds or s
-            todo.extend(v for v in self._add_roots(f, loaded) if _is_users_function(v))
+            todo.extend(h for h in map(_helper, self._add_roots(f, loaded)) if h is not None)
         self.draws_globally = draws and not seeds
 
     def roots(self) -> dict:
@@ -145,14 +145,14 @@ class Reach:
             made[id(f)] = _function(f, namespaces[id(f.__globals__)], self._closure(f, replaced, cells))
         for cell, helper in cells.values():
             if helper is not None:
-                cell.cell_contents = made[id(helper)]
+                cell.cell_contents = _remade(helper, made)
         for key, (ns, names) in self.namespaces.items():
             for name, label in names.items():
                 value = ns.get(name, MISSING)
                 if label in replaced:
                     namespaces[key][name] = replaced[label]
-                elif id(value) in made:     # a helper (kept alive by `functions`, so the id is its own)
-                    namespaces[key][name] = made[id(value)]
+                elif _helper(value) is not None and id(_helper(value)) in made:
+                    namespaces[key][name] = _remade(value, made)   # ids are their own: `functions` holds them
         function = made.get(id(self.top), self.top)
         if self.owner is not None:
             function = types.MethodType(function, replaced.get("self", self.owner))
@@ -186,7 +186,7 @@ class Reach:
             if id(cell) not in cells:
                 if label in replaced:
                     cells[id(cell)] = (types.CellType(replaced[label]), None)
-                elif any(value is g for g in self.functions):
+                elif _helper(value) is not None and any(_helper(value) is g for g in self.functions):
                     cells[id(cell)] = (types.CellType(), value)
                 else:
                     cells[id(cell)] = (cell, None)
@@ -220,6 +220,20 @@ class Reach:
                 self.getters.setdefault(candidate, getter)
                 return candidate
         raise AssertionError("no label left")
+
+
+def _helper(value):
+    """The function of the user's that calling ``value`` runs while a function is traced: ``value``
+    itself, or what a transformation (``mj.grad(f)``, a compiled loss, ``mj.hvp(f)``) traces; else None."""
+    value = getattr(value, "traced_function", value)
+    return value if _is_users_function(value) else None
+
+
+def _remade(value, made: dict):
+    """``value`` (a helper or a transformation of one) finding what the rebuilt helpers find."""
+    if isinstance(value, types.FunctionType):
+        return made[id(value)]
+    return value.rebound(made[id(value.traced_function)])
 
 
 def _is_users_function(value) -> bool:

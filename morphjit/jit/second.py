@@ -15,11 +15,11 @@ import inspect
 import numpy as np
 
 from .. import api as A
-from ..ir import is_float
 from ..native import replaying_generators
-from ..tracing import Tracer, argument_names
+from ..tracing import argument_names, current_trace
 from ..transforms import backward
 from ..util import DtypeError, ShapeError, TracingError, pytree, user_location
+from . import nest
 from .compiled import CompiledLoss, compile_loss
 from .static_args import StaticArguments
 
@@ -27,33 +27,11 @@ MAX_HESSIAN_PARAMETERS = 2000   # a dense Hessian of more costs too many HVPs (a
 
 
 def traced_grad(fn, params, *data, **static):
-    """The gradient of ``fn(params, *data, **static)`` with respect to ``params`` (traced values),
-    traced into the trace ``params`` belong to."""
-    leaves, treedef = pytree.flatten(params)
-    t = A.trace_of(leaves)
-    if t is None:
-        return params     # nothing to differentiate
-    leaves = [x.recorded() if isinstance(x, Tracer) else x for x in leaves]
-    params = pytree.unflatten(treedef, leaves)
-    start = len(t.bindings)
-    loss = scalar_loss(fn, fn(params, *data, **static))
-    grads = backward(t, t.bindings[start:], t.operand(loss, lift_literals=True), [x.operand for x in leaves])
-    return pytree.unflatten(treedef, grads)
-
-
-def scalar_loss(fn, out):
-    """``out`` checked to be what a loss returns: one float scalar."""
-    name = getattr(fn, "__name__", "the function")
-    if not isinstance(out, (Tracer, np.ndarray, np.generic, float)):
-        raise TracingError(f"{name} must return one scalar loss, but returned a {type(out).__name__}",
-                           user_location())
-    out = out if isinstance(out, Tracer) else np.asarray(out)
-    if out.shape != ():
-        raise ShapeError(f"{name} must return a scalar loss, but returned shape {out.shape}; reduce "
-                         f"it, for example with .mean() or .sum()", user_location())
-    if not is_float(out.dtype):
-        raise DtypeError(f"{name} must return a float loss, but returned {out.dtype}", user_location())
-    return out
+    """The gradient of ``fn(params, *data, **static)`` with respect to ``params``, traced into the
+    trace being recorded (``nest``: at fresh points)."""
+    call = functools.wraps(fn)(functools.partial(fn, **static)) if static else fn
+    args = (params,) + data
+    return nest.value_and_grad(nest.enclosing_trace(args, {}), call, args, 0, False, "mj.hvp")[1]
 
 
 def check_tangent(params, v, names: tuple[str, str]) -> None:
@@ -154,6 +132,9 @@ class HVP:
         """``H v`` in the structure of ``params``; with ``out=`` (a tree like it) ``H v`` is written
         there and ``out`` returned. Static arguments may be passed by name."""
         __tracebackhide__ = True  # noqa: F841
+        if current_trace() is not None:
+            nest.refuse_out("mj.hvp", out)
+            return self._nested(params, v, data, static, 0)
         if out is None:
             return self.step(params, v, *data, **static)[1][0]
         self.step(params, v, *data, out=(out, tree_like(params)), **static)
@@ -162,12 +143,32 @@ class HVP:
     def grad_and_hvp(self, params, v, *data, **static):
         """``(grad, H v)`` at ``params``: the gradient comes with the product at no extra cost."""
         __tracebackhide__ = True  # noqa: F841
-        hv, grad = self.step(params, v, *data, **static)[1]
+        if current_trace() is not None:
+            hv, grad = self._nested(params, v, data, static, (0, 1))
+        else:
+            hv, grad = self.step(params, v, *data, **static)[1]
         return grad, hv
+
+    def _nested(self, params, v, data, static, argnums):
+        """``H v`` (argnums 0), or ``(H v, grad)`` (argnums (0, 1)), traced into the trace being
+        recorded: the gradients of ``sum(grad * v)``."""
+        directional = self.step.traced_function
+        args = nest.positional(directional, self.__name__, (params, v) + data, static)
+        return nest.value_and_grad(nest.enclosing_trace(args, {}), directional, args, argnums, False, "mj.hvp")[1]
 
     @property
     def backend(self) -> str:
         return self.step.backend
+
+    @property
+    def traced_function(self):
+        """The function whose HVP a call inside a traced function traces."""
+        return self.fn
+
+    def rebound(self, fn) -> HVP:
+        """The HVP of ``fn`` with these settings (see `Compiled.rebound`)."""
+        return HVP(fn, self.step.backend, self.step.cache, self.step.static_shapes,
+                   tuple(i - 1 for i in self.step.static_argnums))
 
     def explain(self, params, v, *data):
         """The report on the compiled step (``CompiledLoss.explain``): its program computes
@@ -183,6 +184,11 @@ class HVP:
     def __repr__(self) -> str:
         from .explain import summary
         return f"<compiled Hessian-vector product of {self.__name__!r}: {summary(self.step)}>"
+
+
+def flat_vector(leaves):
+    """Traced arrays raveled into one vector (`pytree.ravel_pytree`'s order)."""
+    return A.concatenate([A.reshape(x, (-1,)) for x in leaves]) if leaves else A.zeros(0)
 
 
 def tree_like(tree, make=np.empty_like):
@@ -216,13 +222,11 @@ class Hessian:
 
     def __call__(self, params, *data, **static) -> np.ndarray:
         __tracebackhide__ = True  # noqa: F841
+        if current_trace() is not None:
+            return self._nested(params, data, static)
         flat, unravel = pytree.ravel_pytree(params, "params")
         n = flat.size
-        if n > self.max_parameters:
-            raise ValueError(f"mj.hessian: params has {n} parameters, above max_parameters="
-                             f"{self.max_parameters}: the dense Hessian would take {n} Hessian-vector "
-                             f"products and {n * n * flat.itemsize / 1e6:.0f} MB. Use mj.hvp (e.g. as "
-                             f"SciPy's hessp), or pass max_parameters= if you mean it")
+        self._check_size(n, flat.itemsize)
         hessian = np.empty((n, n), flat.dtype)
         basis = np.zeros(n, flat.dtype)
         grad = unravel(np.empty(n, flat.dtype))
@@ -235,6 +239,38 @@ class Hessian:
             self.hvp.step(params, unravel(basis), *row_data, out=(unravel(hessian[i]), grad), **static)
             basis[i] = 0
         return hessian
+
+    @property
+    def traced_function(self):
+        return self.hvp.fn
+
+    def rebound(self, fn) -> Hessian:
+        return Hessian(self.hvp.rebound(fn), self.max_parameters)
+
+    def _check_size(self, n: int, itemsize: int) -> None:
+        if n > self.max_parameters:
+            raise ValueError(f"mj.hessian: params has {n} parameters, above max_parameters="
+                             f"{self.max_parameters}: the dense Hessian would take {n} Hessian-vector "
+                             f"products and {n * n * itemsize / 1e6:.0f} MB. Use mj.hvp (e.g. as "
+                             f"SciPy's hessp), or pass max_parameters= if you mean it")
+
+    def _nested(self, params, data, static):
+        """The Hessian traced into the trace being recorded: the function traced once, its gradient
+        at fresh points, then one reverse sweep per element of the gradient (a row)."""
+        fn = self.hvp.fn
+        args = (params,) + data
+        t = nest.enclosing_trace(args, static)
+        with nest.transformation("mj.hessian", fn, nest.argnums_text(fn, args, 0), user_location()):
+            args, points, _ = nest.with_points(t, fn, args, 0, "mj.hessian")
+            wrt = [p.operand for p in points]
+            self._check_size(sum(p.size for p in points), points[0].dtype.itemsize if points else 8)
+            start = len(t.bindings)
+            gradient = flat_vector(pytree.flatten(traced_grad(fn, *args, **static))[0])
+            rows = []
+            for i in range(gradient.shape[0]):
+                element = t.operand(gradient[i], lift_literals=True)
+                rows.append(flat_vector(backward(t, t.bindings[start:], element, wrt)))
+        return A.stack(rows) if rows else A.reshape(gradient, (0, 0))
 
     def explain(self, params, *data):
         """The report on the HVP step that computes each row."""

@@ -19,8 +19,8 @@ from ..backend import can_write_in_place, make_plan, write_in_place
 from ..ir import Program, TensorType, Var, is_float
 from ..native import SliceOutOfRange
 from ..runtime import NativeStep, fast_update, interp
-from ..tracing import Trace, Tracer
-from ..util import DtypeError, TracingError, pytree
+from ..tracing import Trace, Tracer, current_trace
+from ..util import DtypeError, TracingError, UnsupportedError, pytree, user_location
 from . import pipeline
 from .callsite import CallSite, CallStats, leaf_signature
 from .captured import Captured, UsesCaptured
@@ -143,6 +143,10 @@ class TrainStep(ShorterSlices, UsesCaptured):
     def __call__(self, params, state, *data, lr=None):
         """One step at the optimiser's learning rate (or ``lr``); returns the loss before it
         (with ``has_aux``, the loss and the aux values before it)."""
+        if current_trace() is not None:
+            raise UnsupportedError("a training step updates its arguments in place, so it cannot be called "
+                                   "inside a traced function; call it from plain Python, once per step",
+                                   user_location())
         if self._captured is not None:
             self._drop_stale_steps()
             data = data + (self._captured.current(),)

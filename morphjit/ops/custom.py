@@ -1,4 +1,6 @@
-"""``stop_gradient``: the identity, with no gradient flowing back through it; ``branch_gate``: the
+"""``stop_gradient``: the identity, with no gradient flowing back through it; ``identity``: the
+point a derivative inside a traced function is taken at (``morphjit.jit.nest``), a value of its
+own, expanded away after differentiation; ``branch_gate``: the
 identity of an input on one path through the tests of traced values, with the gradient where that
 path is the one taken (``morphjit.tracing.branches``). (The ops of ``custom_vjp`` functions are
 declared by ``morphjit.api.custom`` as each function gets its rule.)"""
@@ -7,11 +9,13 @@ from __future__ import annotations
 import numpy as np
 
 from .. import api as A
-from ..ir import ANY, ELEMENTWISE, TensorType, defop
+from ..ir import ANY, ELEMENTWISE, FLOAT, TensorType, defop, elementwise_rule
 from ..util import DtypeError
 from .elementwise import elementwise
 
 elementwise("stop_gradient", lambda x: x, lambda K, x: x, lambda g, ans, x: (None,), kinds=ANY)
+defop("identity", ELEMENTWISE, elementwise_rule("identity", FLOAT), lambda x: x, lambda g, ans, x: (g,),
+      scalar=lambda K, x: x, lower=lambda x: x)
 
 
 def _gate_rule(types):

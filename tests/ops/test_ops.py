@@ -798,6 +798,7 @@ def _cases():
         Case("check_parameter", "pass-through", check_parameter, lambda x, refused, what, error: x,
              check_parameter_make),
         Case("branch_gate", "identity", branch_gate, lambda x, taken: x, branch_gate_make),
+        Case("identity", "identity", lambda x: array_api.bind("identity", [x]), lambda x: x, unary("nonfinite")),
         Case("one_hot", "one_hot", lambda labels, depth, dtype: mj.one_hot(labels, depth, dtype),
              lambda labels, depth, dtype: np.eye(depth, dtype=dtype)[labels], one_hot_make),
         # Stable composites
@@ -1122,7 +1123,7 @@ LOWER_CASES = {
     "logsumexp": row_make("big"), "softmax": row_make(masked=True), "log_softmax": row_make("big"),
     "softmax_cross_entropy": sce_make("big"),
     "erfinv": unary("unit"), "digamma": unary("any"), "entr": unary("any"), "xlogy": nary("any", "pos"),
-    "xlog1py": nary("any", "pos"), "branch_gate": branch_gate_make,
+    "xlog1py": nary("any", "pos"), "branch_gate": branch_gate_make, "identity": unary("any"),
     "window_max": lambda rng, dt: ((values(rng, (2, 3, 5, 4), dt),), dict(shape=(2, 3, 4, 2, 2, 3),
                                                                           coeffs=stride_tricks.windows((2, 3, 5, 4), (2, 3), (2, 3))[1],
                                                                           axes=(4, 5))),

@@ -53,6 +53,7 @@ SIGNATURES: dict[str, list[tuple[tuple[np.dtype, ...], dict]]] = {
     **{op: [((dt,) * (1 if op in UNARY_FLOAT else 2), {}) for dt in FLOATS + INTS] for op in INTEGER_TOO},
     **{op: [((dt,), {}) for dt in ALL_DTYPES] for op in FLOAT_PREDICATES},
     "stop_gradient": [((dt,), {}) for dt in ALL_DTYPES],
+    "identity": [((dt,), {}) for dt in FLOATS],
     "branch_gate": [((dt, BOOL), {}) for dt in ALL_DTYPES],
     "eq": [((dt, dt), {}) for dt in ALL_DTYPES],
     "ne": [((dt, dt), {}) for dt in ALL_DTYPES],

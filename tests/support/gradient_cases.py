@@ -207,6 +207,8 @@ case("broadcast_to", lambda ns, v, a: ns.broadcast_arrays(v, a)[0] * ns.meshgrid
      "broadcast_arrays-meshgrid")
 case("stop_gradient", lambda ns, x: x * ns.stop_gradient(x) + ns.stop_gradient(ns.exp(x)), [(2, 3)], "stop_gradient",
      fd=False)
+case("identity", lambda ns, x: ns.sin(apply("identity", [x]) if ns is mj else x) * x, [(2, 3)],
+     "the-point-of-a-nested-derivative")
 case("branch_gate", lambda ns, x: ns.sin(x) * x if ns.sum(x * x) > 0.01 else ns.cos(x), [(2, 3)], "an-if-on-a-traced-value")
 
 # Casts between float32 and float64 (finite differences with a step float32 can resolve).
