@@ -41,8 +41,9 @@ class Captured:
     """The values ``fn`` reaches from its closure, globals and object, and the function traced in
     its place (taking the generators and arrays as a last argument)."""
 
-    def __init__(self, fn, reach: Reach):
+    def __init__(self, fn, reach: Reach, rewrap=None):
         self.fn, self.reach = fn, reach
+        self.rewrap = rewrap   # for a wrapper of morphjit's: the same wrapper of another function
         self.draws_globally = reach.draws_globally
         roots = reach.roots()
         self.places = {str(p): p for p in reach.places()}
@@ -58,17 +59,14 @@ class Captured:
     @classmethod
     def of(cls, fn) -> Captured | None:
         """What ``fn`` (a function, a bound method, a ``functools.partial`` of one, or an object of
-        a class of the user's with ``__call__``) captures, or None when it captures nothing of these."""
-        if not isinstance(fn, (types.FunctionType, types.MethodType, functools.partial)) and callable(fn):
-            call = getattr(type(fn), "__call__", None)
-            if not isinstance(call, types.FunctionType):
-                return None
-            fn = types.MethodType(call, fn)
-        inner = fn.func if isinstance(fn, functools.partial) else fn
-        code = getattr(getattr(inner, "__func__", inner), "__code__", None)
-        if code is None or inside_package(code.co_filename):
-            return None    # morphjit's own wrappers capture nothing of the user's
-        found = cls(fn, Reach(fn))
+        a class of the user's with ``__call__``) captures, or None when it captures nothing of these.
+        A wrapper of morphjit's around a function of the user's (``fn.traces``: the function, and
+        how to wrap another) captures what the function does, and runs wrapped around its copy."""
+        traces = getattr(fn, "traces", None)
+        user = _users_callable(fn if traces is None else traces[0])
+        if user is None:
+            return None
+        found = cls(user, Reach(user)) if traces is None else cls(fn, Reach(user), traces[1])
         return found if found.places or found.draws_globally else None
 
     def arguments(self, args, kwargs) -> tuple[tuple, dict]:
@@ -132,6 +130,8 @@ class Captured:
             previous = t.global_generator
             t.global_generator = captured.get(GLOBAL)
             function, copies = self._rebuilt(t, captured)
+            if self.rewrap is not None:
+                function = self.rewrap(function)
             try:
                 result = function(*user)
             finally:
@@ -184,6 +184,19 @@ class Captured:
             if constant(value):
                 self.constants.setdefault(place, np.array(value) if type(value) is np.ndarray else value)
         self._guard()
+
+
+def _users_callable(fn):
+    """``fn`` as a function, bound method or ``functools.partial`` of the user's (an object with
+    ``__call__`` as its bound method); None for one of morphjit's or of no source."""
+    if not isinstance(fn, (types.FunctionType, types.MethodType, functools.partial)) and callable(fn):
+        call = getattr(type(fn), "__call__", None)
+        if not isinstance(call, types.FunctionType):
+            return None
+        fn = types.MethodType(call, fn)
+    inner = fn.func if isinstance(fn, functools.partial) else fn
+    code = getattr(getattr(inner, "__func__", inner), "__code__", None)
+    return None if code is None or inside_package(code.co_filename) else fn
 
 
 def _as_argument(fn, root: str) -> str:

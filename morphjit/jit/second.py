@@ -64,6 +64,7 @@ def directional_gradient(fn):
         return sum((A.sum(g * t) for g, t in zip(grads, directions)), 0.0)
 
     directional.__name__ = directional.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
+    directional.traces = (fn, directional_gradient)   # what it captures is fn's (`Captured.of`)
     parameters = signature_parameters(fn)
     if parameters:
         tangent = inspect.Parameter(v_name, inspect.Parameter.POSITIONAL_OR_KEYWORD)

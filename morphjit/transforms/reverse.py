@@ -38,8 +38,17 @@ def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) ->
 
     The backward bindings are traced ops like any others, so a program holding them can be
     differentiated again (``jit.second``)."""
+    return backward_from(t, bindings, [(loss, Tracer(t, Lit(1.0, loss.dtype)))], wrt)
+
+
+def backward_from(t: Trace, bindings: Sequence[Binding], seeds: Sequence[tuple], wrt: Sequence[Var]) -> list[Tracer]:
+    """`backward` from the cotangents ``seeds`` gives values (``(value, cotangent)`` pairs: a
+    vector-Jacobian product of several outputs); a literal value has none."""
     active = active_values(bindings, wrt)
-    cotangents: dict[int, Tracer] = {id(loss): Tracer(t, Lit(1.0, loss.dtype))}
+    cotangents: dict[int, Tracer] = {}
+    for value, g in seeds:
+        if isinstance(value, Var):
+            accumulate(cotangents, value, g)
     outer_loc = t.loc
     for b in reversed(bindings):
         g = cotangents.pop(id(b.out), None)

@@ -383,3 +383,23 @@ def test_hvp_of_digamma_is_polygamma_2_at_whole_numbers_and_below_one_half():
     x = np.array([1.0, 2.0, 3.0, 7.0, 1.5, 0.25, -0.5, -1.5, -2.25])
     hv = mj.hvp(lambda p: mj.sum(scipy.special.digamma(p)), backend="interp")(x, np.ones_like(x))
     np.testing.assert_allclose(hv, scipy.special.polygamma(2, x), rtol=1e-9)
+
+
+_SCALES = np.array([1.0, 2.0, 3.0])
+
+
+def _cubic(x):
+    return mj.sum(_SCALES * x ** 3)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_the_hvp_and_hessian_see_the_arrays_the_loss_reads_at_each_call(backend):
+    hvp, hessian = mj.hvp(_cubic, backend=backend), mj.hessian(_cubic, backend=backend)
+    x, v = np.array([1.0, -0.5, 2.0]), np.ones(3)
+    try:
+        for scales in ([1.0, 2.0, 3.0], [10.0, 0.0, -1.0]):
+            _SCALES[:] = scales
+            np.testing.assert_allclose(hvp(x, v), 6 * _SCALES * x * v)
+            np.testing.assert_allclose(hessian(x), np.diag(6 * _SCALES * x))
+    finally:
+        _SCALES[:] = [1.0, 2.0, 3.0]
