@@ -34,7 +34,8 @@ from .cache import cache_info, clear_cache, prune_cache
 from .integrations import scipy_objective
 from .ir import Program, parse
 from .jit import (CompiledFunction, CompiledGrad, CompiledLoss, TrainStep, compile, compile_loss, grad,
-                  grad_program, hessian, hvp, optim, show_config, train_step, value_and_grad)
+                  grad_program, hessian, hvp, jacfwd, jacobian, jacrev, jvp, optim, show_config, train_step,
+                  value_and_grad, vjp)
 from .runtime import run
 from .tracing import FrozenValueError, trace
 from .util import (VERSION as __version__, ArgumentError, ArgumentOverflowError, ArgumentWriteError, DtypeError,

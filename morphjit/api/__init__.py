@@ -27,7 +27,7 @@ from .core import (abs as abs, add as add, astype as astype, bind as bind, broad
                    transpose as transpose, unslice as unslice, update_slice as update_slice, var as var,
                    where as where,
                    zeros_like as zeros_like)
-from .custom import custom_vjp as custom_vjp, stop_gradient as stop_gradient
+from .custom import custom_vjp as custom_vjp, op_label as op_label, stop_gradient as stop_gradient
 from .gathers import choose as choose, take as take, take_along_axis as take_along_axis
 from .indexing import at as at, getitem as getitem, iota as iota
 from .methods import install

@@ -31,6 +31,13 @@ def is_user_op(name: str) -> bool:
     return name.startswith(USER_OP_PREFIX)
 
 
+def op_label(name: str) -> str:
+    """How messages name the op ``name``: a ``custom_vjp``'s by its function."""
+    if not is_user_op(name):
+        return name
+    return f"{name[len(USER_OP_PREFIX):].rsplit('_', 1)[0]} (a custom_vjp)"
+
+
 class custom_vjp:
     """A function with a user-written backward rule (JAX's ``jax.custom_vjp``)::
 

@@ -5,4 +5,4 @@ rewrite of pairwise squared distances into GEMMs (``distances``).
 from .distances import as_gemms as as_gemms
 from .expand import lower as lower
 from .passes import optimize as optimize
-from .reverse import backward as backward, vjp as vjp
+from .reverse import backward as backward, backward_from as backward_from, vjp as vjp

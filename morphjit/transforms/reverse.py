@@ -41,9 +41,11 @@ def backward(t: Trace, bindings: Sequence[Binding], loss, wrt: Sequence[Var]) ->
     return backward_from(t, bindings, [(loss, Tracer(t, Lit(1.0, loss.dtype)))], wrt)
 
 
-def backward_from(t: Trace, bindings: Sequence[Binding], seeds: Sequence[tuple], wrt: Sequence[Var]) -> list[Tracer]:
+def backward_from(t: Trace, bindings: Sequence[Binding], seeds: Sequence[tuple], wrt: Sequence[Var],
+                  origins: list | None = None) -> list[Tracer]:
     """`backward` from the cotangents ``seeds`` gives values (``(value, cotangent)`` pairs: a
-    vector-Jacobian product of several outputs); a literal value has none."""
+    vector-Jacobian product of several outputs); a literal value has none. ``origins`` gets
+    ``(index, binding)`` where the bindings of a forward binding's rule start in ``t``."""
     active = active_values(bindings, wrt)
     cotangents: dict[int, Tracer] = {}
     for value, g in seeds:
@@ -55,6 +57,8 @@ def backward_from(t: Trace, bindings: Sequence[Binding], seeds: Sequence[tuple],
         if g is None or id(b.out) not in active:
             continue
         t.loc = b.loc
+        if origins is not None:
+            origins.append((len(t.bindings), b))
         grads = OPS[b.op].vjp(g, Tracer(t, b.out), *(Tracer(t, x) for x in b.inputs), **b.kwargs)
         if len(grads) != len(b.inputs):
             raise VJPError(f"the VJP rule of {b.op} returned {len(grads)} cotangents for {len(b.inputs)} inputs")

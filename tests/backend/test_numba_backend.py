@@ -74,6 +74,7 @@ def _extended_terms(x, y, pos):
             mj.prod(pos, axis=0), mj.diagonal(x) * y[0, :4],
             mj.stop_gradient(x) * x,
             mj.grad(lambda z: mj.sum(mj.sin(z) * y))(x) * x,     # a derivative inside: at an identity point
+            mj.jvp(lambda z: mj.tanh(z) * y, (x,), (y,))[1],      # forward mode: reverse mode transposed
             mj.gamma(pos), mj.beta(pos, pos + 0.5), mj.betaln(pos, pos + 0.5), mj.betainc(1.5, 2.0, unit * 0.5 + 0.5),
             mj.gammainc(1.5, pos), mj.gammaincc(1.5, pos), mj.i0(x), mj.i1(x), mj.iv(1.5, pos), mj.j0(x), mj.j1(x),
             mj.y0(pos), mj.y1(pos), mj.kv(0.5, pos), mj.polygamma(2, pos), mj.betaincc(1.5, 2.0, unit * 0.5 + 0.5),
