@@ -45,9 +45,8 @@ class ScipyObjective:
 
     def hessp(self, x, p, *args) -> np.ndarray:
         """``H p``, the Hessian of the loss at ``x`` times ``p``."""
-        product, grad = np.empty_like(self.x0), np.empty_like(self.x0)
-        self.hvp.step(self.unravel(x), self.unravel(p), *self.data, *args,
-                      out=(self.unravel(product), self.unravel(grad)))
+        product = np.empty_like(self.x0)
+        self.hvp(self.unravel(x), self.unravel(p), *self.data, *args, out=self.unravel(product))
         return product
 
     def hess(self, x, *args) -> np.ndarray:

@@ -23,6 +23,10 @@ from ..util import DtypeError, ShapeError, TracingError, UnsupportedError, pytre
 from . import nest
 from .compiled import CompiledFunction
 
+class NotLinearError(UnsupportedError):
+    """Forward mode through a backward rule that is not linear in its cotangent."""
+
+
 MAX_BASIS = 256   # sweeps a Jacobian unrolls: one per element of the inputs (jacfwd) or outputs (jacrev)
 
 
@@ -94,7 +98,7 @@ class Region:
             if b is None:
                 continue
             if id(v) in depends:
-                raise UnsupportedError(f"{self.what}: the backward rule of {self.rule_of(b)} tests or clips its "
+                raise NotLinearError(f"{self.what}: the backward rule of {self.rule_of(b)} tests or clips its "
                                        f"cotangent (it is not linear in it), so forward mode through it is not "
                                        f"defined by it; differentiate it in reverse mode (mj.grad, mj.vjp, mj.jacrev)",
                                        b.loc)
@@ -107,13 +111,13 @@ class Region:
         return A.op_label(owners[-1].op) if owners else "an op"
 
 
-def traced_jvp(t, fun, primals, tangents, has_aux: bool):
+def traced_jvp(t, fun, primals, tangents, has_aux: bool, what: str = "mj.jvp"):
     """``(outputs, tangents of the outputs[, aux])`` of ``fun(*primals)``, traced into ``t``."""
     primals, tangents = _sequences(primals, tangents)
     argnums = tuple(range(len(primals)))
-    with nest.transformation("mj.jvp", fun, nest.argnums_text(fun, primals, argnums), user_location()):
+    with nest.transformation(what, fun, nest.argnums_text(fun, primals, argnums), user_location()):
         _check_tangents(primals, tangents)
-        region = Region(t, fun, primals, argnums, "mj.jvp")
+        region = Region(t, fun, primals, argnums, what)
         out, aux = nest.split_aux(fun, region.out, has_aux)
         outs, tree = region.outputs(out)
         pushed = region.pushforward(outs)(pytree.flatten(tuple(tangents))[0])

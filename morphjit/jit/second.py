@@ -20,7 +20,8 @@ from ..tracing import argument_names, current_trace
 from ..transforms import backward
 from ..util import DtypeError, ShapeError, TracingError, pytree, user_location
 from . import nest
-from .compiled import CompiledLoss, compile_loss
+from .compiled import CompiledLoss, compile, compile_loss
+from .forward import NotLinearError, traced_jvp
 from .static_args import StaticArguments
 
 MAX_HESSIAN_PARAMETERS = 2000   # a dense Hessian of more costs too many HVPs (and 32 MB and up)
@@ -53,8 +54,7 @@ def tangent_name(names: list[str]) -> str:
 
 
 def directional_gradient(fn):
-    """``(params, v, *data) -> sum(grad(params) * v)``: its gradients are ``H v`` and ``grad``.
-    It reads like ``fn`` with ``v`` after ``params`` (argument paths in errors, the module name)."""
+    """``(params, v, *data) -> sum(grad(params) * v)``: its gradients are ``H v`` and ``grad``."""
     names = argument_names(fn, len(signature_parameters(fn)) or 1)
     v_name = tangent_name(names)
 
@@ -62,14 +62,44 @@ def directional_gradient(fn):
         check_tangent(params, v, (names[0], v_name))
         grads, directions = pytree.flatten(traced_grad(fn, params, *data, **static))[0], pytree.flatten(v)[0]
         return sum((A.sum(g * t) for g, t in zip(grads, directions)), 0.0)
+    return with_tangent(directional, fn, v_name, directional_gradient)
 
-    directional.__name__ = directional.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
-    directional.traces = (fn, directional_gradient)   # what it captures is fn's (`Captured.of`)
+
+def hessian_vector_product(fn):
+    """``((params, v), *data) -> H v``: the gradient of ``fn`` differentiated forward along ``v``
+    (forward over reverse: no gradient is returned, so none of it is kept that ``H v`` does not
+    need). ``params`` and ``v`` come as one argument, the first, which has no batch axis."""
+    names = argument_names(fn, len(signature_parameters(fn)) or 1)
+    v_name = tangent_name(names)
+
+    def product(pair, *data, **static):
+        params, v = pair
+        check_tangent(params, v, (names[0], v_name))
+
+        def gradient(p):
+            return traced_grad(fn, p, *data, **static)
+        gradient.__name__ = getattr(fn, "__name__", "fn")
+        t = nest.enclosing_trace((params, v), {})
+        return traced_jvp(t, gradient, (params,), (v,), False, "mj.hvp")[1]
+    made = with_tangent(product, fn, v_name, hessian_vector_product)
+    parameters = signature_parameters(fn)
+    if parameters:
+        pair = inspect.Parameter(f"{names[0]}_and_{v_name}", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        made.__signature__ = inspect.Signature([pair] + parameters[1:])
+    return made
+
+
+def with_tangent(made, fn, v_name: str, maker):
+    """``made`` named and signed like ``fn`` with the tangent ``v_name`` after the parameters
+    (argument paths in errors, the module name), capturing what ``fn`` captures (``maker``
+    wraps another function the same way: `Captured.of`)."""
+    made.__name__ = made.__qualname__ = f"hvp_{getattr(fn, '__name__', 'fn')}"
+    made.traces = (fn, maker)
     parameters = signature_parameters(fn)
     if parameters:
         tangent = inspect.Parameter(v_name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-        directional.__signature__ = inspect.Signature(parameters[:1] + [tangent] + parameters[1:])
-    return directional
+        made.__signature__ = inspect.Signature(parameters[:1] + [tangent] + parameters[1:])
+    return made
 
 
 def signature_parameters(fn) -> list[inspect.Parameter]:
@@ -125,9 +155,14 @@ class HVP:
         functools.update_wrapper(self, fn)
         self.fn = fn
         static = static_positions(fn, inherited, static_argnums, static_argnames)
-        # The step's arguments are (params, v, *data): each static position moves one to the right.
-        self.step = compile_loss(directional_gradient(fn), argnums=(0, 1), backend=backend, cache=cache,
-                                 static_shapes=static_shapes, static_argnums=tuple(i + 1 for i in static))
+        # The steps' arguments are (params, v, *data): each static position moves one to the right.
+        self._settings = dict(backend=backend, cache=cache, static_shapes=static_shapes,
+                              static_argnums=tuple(i + 1 for i in static))
+        self.forward = compile(hessian_vector_product(fn), backend=backend, cache=cache,
+                               static_shapes=static_shapes, static_argnums=static)   # ((params, v), *data)
+        self._directional = directional_gradient(fn)
+        self._with_gradient = None    # the step of (grad, H v), made when first needed
+        self.step = self.forward      # the one H v comes from: reverse over reverse where forward is refused
 
     def __call__(self, params, v, *data, out=None, **static):
         """``H v`` in the structure of ``params``; with ``out=`` (a tree like it) ``H v`` is written
@@ -136,26 +171,44 @@ class HVP:
         if current_trace() is not None:
             nest.refuse_out("mj.hvp", out)
             return self._nested(params, v, data, static, 0)
+        product = self._product(params, v, data, static)
         if out is None:
-            return self.step(params, v, *data, **static)[1][0]
-        self.step(params, v, *data, out=(out, tree_like(params)), **static)
+            return product
+        for target, value in zip(pytree.flatten(out)[0], pytree.flatten(product)[0]):
+            np.copyto(target, value)
         return out
 
     def grad_and_hvp(self, params, v, *data, **static):
-        """``(grad, H v)`` at ``params``: the gradient comes with the product at no extra cost."""
+        """``(grad, H v)`` at ``params`` (reverse over reverse: one step computes both)."""
         __tracebackhide__ = True  # noqa: F841
         if current_trace() is not None:
             hv, grad = self._nested(params, v, data, static, (0, 1))
         else:
-            hv, grad = self.step(params, v, *data, **static)[1]
+            hv, grad = self.gradient_step()(params, v, *data, **static)[1]
         return grad, hv
+
+    def gradient_step(self) -> CompiledLoss:
+        """The step of ``(grad, H v)``: reverse over reverse, made at its first use."""
+        if self._with_gradient is None:
+            self._with_gradient = compile_loss(self._directional, argnums=(0, 1), **self._settings)
+        return self._with_gradient
+
+    def _product(self, params, v, data, static):
+        """``H v`` by the forward-over-reverse step, or by reverse over reverse once forward mode
+        is refused (a backward rule that tests its cotangent, as ``svd``'s)."""
+        if self.step is self.forward:
+            try:
+                return self.forward((params, v), *data, **static)
+            except NotLinearError:
+                self.step = self.gradient_step()
+        return self.step(params, v, *data, **static)[1][0]
 
     def _nested(self, params, v, data, static, argnums):
         """``H v`` (argnums 0), or ``(H v, grad)`` (argnums (0, 1)), traced into the trace being
         recorded: the gradients of ``sum(grad * v)``."""
-        directional = self.step.traced_function
-        args = nest.positional(directional, self.__name__, (params, v) + data, static)
-        return nest.value_and_grad(nest.enclosing_trace(args, {}), directional, args, argnums, False, "mj.hvp")[1]
+        args = nest.positional(self._directional, self.__name__, (params, v) + data, static)
+        return nest.value_and_grad(nest.enclosing_trace(args, {}), self._directional, args, argnums, False,
+                                   "mj.hvp")[1]
 
     @property
     def backend(self) -> str:
@@ -168,19 +221,24 @@ class HVP:
 
     def rebound(self, fn) -> HVP:
         """The HVP of ``fn`` with these settings (see `Compiled.rebound`)."""
-        return HVP(fn, self.step.backend, self.step.cache, self.step.static_shapes,
-                   tuple(i - 1 for i in self.step.static_argnums))
+        settings = dict(self._settings, static_argnums=tuple(i - 1 for i in self._settings["static_argnums"]))
+        return HVP(fn, **settings)
 
     def explain(self, params, v, *data):
-        """The report on the compiled step (``CompiledLoss.explain``): its program computes
-        ``sum(grad * v)`` and differentiates it again."""
-        return self.step.explain(params, v, *data)
+        """The report on the compiled step: its program computes the gradient and differentiates it
+        forward along ``v`` (``CompiledFunction.explain``; the step takes ``(params, v)`` as its
+        first argument)."""
+        return self.step.explain(*self._arguments(params, v, data))
 
     def cache_info(self):
         return self.step.cache_info()
 
     def program(self, params, v, *data):
-        return self.step.program(params, v, *data)
+        return self.step.program(*self._arguments(params, v, data))
+
+    def _arguments(self, params, v, data) -> tuple:
+        """The arguments of `step` for a call."""
+        return ((params, v),) + tuple(data) if self.step is self.forward else (params, v) + tuple(data)
 
     def __repr__(self) -> str:
         from .explain import summary
@@ -230,14 +288,13 @@ class Hessian:
         self._check_size(n, flat.itemsize)
         hessian = np.empty((n, n), flat.dtype)
         basis = np.zeros(n, flat.dtype)
-        grad = unravel(np.empty(n, flat.dtype))
         same_noise = replaying_generators(data)
         for i in range(n):
             basis[i] = 1
             # One seed for every row, so that every row sees the same noise: the rows but the
             # last draw it from copies of the generators, the last from them (advancing them once).
             row_data = data if i == n - 1 else same_noise()
-            self.hvp.step(params, unravel(basis), *row_data, out=(unravel(hessian[i]), grad), **static)
+            self.hvp(params, unravel(basis), *row_data, out=unravel(hessian[i]), **static)
             basis[i] = 0
         return hessian
 

@@ -403,3 +403,13 @@ def test_the_hvp_and_hessian_see_the_arrays_the_loss_reads_at_each_call(backend)
             np.testing.assert_allclose(hessian(x), np.diag(6 * _SCALES * x))
     finally:
         _SCALES[:] = [1.0, 2.0, 3.0]
+
+
+def test_the_hvp_step_returns_h_v_alone_and_grad_and_hvp_agrees_with_it():
+    model, params, v, (x, labels) = _model_case("mlp2")
+    hvp = mj.hvp(lambda p, x, y: model(mj, p, x, y))
+    hv = hvp(params, v, x, labels)
+    assert len(hvp.program(params, v, x, labels).outputs) == len(flat_leaves(params))   # no value, no gradient
+    grad, hv_too = hvp.grad_and_hvp(params, v, x, labels)
+    assert_close(hv, hv_too, 1e-12, "H v of both steps")
+    assert_close(grad, mj.grad(lambda p: model(mj, p, x, labels))(params), 1e-12, "the gradient")
