@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+import morphjit as mj
+
 from support.paths import ROOT
 
 EXAMPLES = ROOT / "examples"
@@ -27,7 +29,7 @@ def load():
 def test_every_example_is_tested():
     scripts = {p.stem for p in EXAMPLES.glob("*.py") if not p.name.startswith("_")}
     assert scripts == {"mlp_digits", "regression", "attention", "curve_fit", "dask_logistic", "char_embeddings",
-                       "gp_regression", "scipy_fit", "cnn_digits"}
+                       "gp_regression", "scipy_fit", "cnn_digits", "pinn"}
 
 
 def test_mlp_digits(load, capsys):
@@ -40,6 +42,21 @@ def test_mlp_digits(load, capsys):
     assert "test accuracy" in out and "hand-written NumPy" in out
     assert result["compiled_s"] > 0 and result["numpy_s"] > 0
     assert result["compiles"] == 1                   # the smaller last batch of an epoch: same step
+
+
+def test_pinn_solves_poissons_equation(load, capsys):
+    pinn = load("pinn")
+    result = pinn.main(steps=1500, points=256)
+    assert result["final_loss"] < 1e-3 * result["initial_loss"]
+    assert result["max_error"] < 0.2                 # against sin(pi x) sin(pi y), whose peak is 1
+    assert result["compiles"] == 1
+    assert "largest error" in capsys.readouterr().out
+    # the Laplacian inside the loss against central second differences of the network
+    params = pinn.init(np.random.default_rng(1))
+    X = np.random.default_rng(2).uniform(0.2, 0.8, (5, 2))
+    u, h = mj.compile(pinn.u), 1e-4
+    differences = sum((u(params, X + h * e) - 2 * u(params, X) + u(params, X - h * e)) / h ** 2 for e in np.eye(2))
+    np.testing.assert_allclose(mj.compile(pinn.laplacian)(params, X), differences, rtol=1e-5, atol=1e-5)
 
 
 def test_cnn_digits(load, capsys):
