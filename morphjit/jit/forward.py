@@ -41,6 +41,7 @@ class Region:
         self.start = len(t.bindings)
         self.out = fn(*args)
         self.origins: list = []   # where the rule of each forward binding starts in the sweeps
+        self.seeded = len(t.bindings)   # where the cotangent seeds of a pushforward start
 
     def traced(self, x, dtype=None) -> Tracer:
         """``x`` as a traced value (an array or number as a constant)."""
@@ -67,7 +68,7 @@ class Region:
         floats = [i for i, x in enumerate(outs) if is_float(x.dtype)]
         self.seeded = len(t.bindings)
         seeds = {i: A.full(outs[i].shape, 0, outs[i].dtype, like=t) for i in floats}
-        sweep = len(t.bindings)
+        sweep = len(t.bindings)      # the sweep from the seeds (which the second one differentiates by)
         cotangents = self.pullback(outs, [seeds.get(i) for i in range(len(outs))])
         gs = [seeds[i].operand for i in floats]
 
